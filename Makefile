@@ -1,0 +1,39 @@
+# Everything a fresh machine needs is installed by these targets themselves.
+#   make run    -> local nsqd on the default ports, data under ./data
+#   make check  -> lint, types and the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run check lint typecheck test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@if command -v npm >/dev/null 2>&1; then \
+	  (cd tests/peers/nsqjs && npm install --silent --no-audit --no-fund) || echo "nsqjs install failed: nsqjs peer tests will be skipped"; \
+	fi
+	touch $(STAMP)
+
+run: $(STAMP)
+	mkdir -p data/nsqd
+	$(VENV)/bin/nsqd --data-path=data/nsqd
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+check: lint typecheck test
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,228 @@
+"""The nsqd daemon: wires the broker to its TCP and HTTP listeners and its timers.
+
+``NSQD(opts)`` then ``await start()`` binds every listener (port 0 works: the bound
+addresses are in ``tcp_address`` and ``http_address``); ``await stop()`` closes clients and
+listeners. One event loop owns all state: no threads, no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Final
+
+from aiohttp import web
+
+from nsqpy._version import __version__
+from nsqpy.nsqd.broker import Broker, BrokerConfig
+from nsqpy.nsqd.tcp import V2Connection
+from nsqpy.protocol.constants import NSQ_VERSION
+from nsqpy.protocol.identify import ServerLimits
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.options import NsqdOptions
+
+log = logging.getLogger("nsqpy.nsqd")
+
+#: nsqd's QueueScanInterval: how often in-flight and deferred timeouts are checked.
+QUEUE_SCAN_INTERVAL: Final = 0.1
+_MS: Final = 1_000_000
+
+
+class StartupError(Exception):
+    """nsqd cannot start with these options; the message says why."""
+
+
+def _split_host_port(address: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port``, ``:port``) or None when it is not one (a unix path)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _format_address(sockname: object) -> str:
+    if isinstance(sockname, tuple):
+        host, port = sockname[0], sockname[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(sockname)
+
+
+class NSQD:
+    """One nsqd process's worth of broker, listeners and timers."""
+
+    def __init__(self, opts: NsqdOptions) -> None:
+        self.opts = opts
+        self.loop = asyncio.get_running_loop()
+        self.broker = Broker(
+            BrokerConfig(
+                node_id=opts.node_id,
+                mem_queue_size=opts.mem_queue_size,
+                max_msg_timeout=opts.max_msg_timeout / 1e9,
+                max_channel_consumers=opts.max_channel_consumers,
+            )
+        )
+        self.limits = ServerLimits(
+            max_heartbeat_interval=opts.max_heartbeat_interval // _MS,
+            max_output_buffer_size=opts.max_output_buffer_size,
+            min_output_buffer_timeout=opts.min_output_buffer_timeout // _MS,
+            max_output_buffer_timeout=opts.max_output_buffer_timeout // _MS,
+            max_msg_timeout=opts.max_msg_timeout // _MS,
+            max_rdy_count=opts.max_rdy_count,
+            max_deflate_level=opts.max_deflate_level,
+            snappy_enabled=opts.snappy,
+            deflate_enabled=opts.deflate,
+            auth_required=bool(opts.auth_http_addresses),
+        )
+        self.clients: dict[int, V2Connection] = {}
+        self.start_time = int(time.time())
+        self.tcp_address = ""
+        self.http_address = ""
+        self.tcp_port = 0
+        self.http_port = 0
+        self.health = "OK"
+        self._client_ids = itertools.count(1)
+        self._dirty: list[V2Connection] = []
+        self._flush_scheduled = False
+        self._tcp_server: asyncio.AbstractServer | None = None
+        self._http_runner: web.AppRunner | None = None
+        self._scan_timer: asyncio.TimerHandle | None = None
+        self._stopped = asyncio.Event()
+
+    def next_client_id(self) -> int:
+        return next(self._client_ids)
+
+    # -- output coalescing -----------------------------------------------------------------
+    def schedule_flush(self, conn: V2Connection) -> None:
+        """Flush ``conn`` at the next loop iteration, together with every other dirty one."""
+        conn.flush_pending = True
+        self._dirty.append(conn)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush_all)
+
+    def _flush_all(self) -> None:
+        self._flush_scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            if conn.flush_pending:
+                conn.flush()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def check_options(self) -> None:
+        """Refuse what is not built yet; warn about what is accepted but inactive."""
+        opts = self.opts
+        unbuilt = {
+            "--tls-cert": opts.tls_cert,
+            "--tls-key": opts.tls_key,
+            "--tls-root-ca-file": opts.tls_root_ca_file,
+            "--tls-client-auth-policy": opts.tls_client_auth_policy,
+            "--tls-required": opts.tls_required,
+            "--auth-http-address": opts.auth_http_addresses,
+        }
+        for flag, value in unbuilt.items():
+            if value:
+                raise StartupError(
+                    f"{flag} is not supported yet by nsqpy (TLS and AUTH are not built yet)"
+                )
+        inactive = {
+            "--lookupd-tcp-address": "nsqlookupd registration",
+            "--statsd-address": "statsd output",
+            "--e2e-processing-latency-percentile": "end-to-end latency percentiles",
+        }
+        values = {
+            "--lookupd-tcp-address": opts.nsqlookupd_tcp_addresses,
+            "--statsd-address": opts.statsd_address,
+            "--e2e-processing-latency-percentile": opts.e2e_processing_latency_percentiles,
+        }
+        for flag, what in inactive.items():
+            if values[flag]:
+                log.warning("%s given but %s is not active yet in nsqpy", flag, what)
+
+    async def start(self) -> None:
+        self.check_options()
+        log.info("nsqd v%s (built w/nsqpy-%s)", NSQ_VERSION, __version__)
+        log.info("ID: %d", self.opts.node_id)
+        data_path = self.opts.data_path or os.getcwd()
+        os.makedirs(data_path, exist_ok=True)
+        await self._start_tcp()
+        await self._start_http()
+        self._scan_timer = self.loop.call_later(QUEUE_SCAN_INTERVAL, self._queue_scan)
+
+    async def _start_tcp(self) -> None:
+        address = self.opts.tcp_address
+        hostport = _split_host_port(address)
+        try:
+            if hostport is None:
+                server = await self.loop.create_unix_server(lambda: V2Connection(self), address)
+            else:
+                server = await self.loop.create_server(
+                    lambda: V2Connection(self), hostport[0], hostport[1], reuse_address=True
+                )
+        except OSError as err:
+            raise StartupError(f"listen ({address}) failed - {err}") from err
+        self._tcp_server = server
+        sockname = server.sockets[0].getsockname()
+        self.tcp_address = _format_address(sockname)
+        self.tcp_port = sockname[1] if isinstance(sockname, tuple) else -1
+        log.info("TCP: listening on %s", self.tcp_address)
+
+    async def _start_http(self) -> None:
+        address = self.opts.http_address
+        if not address:
+            return
+        from nsqpy.nsqd.http_api import make_app
+
+        runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
+        await runner.setup()
+        hostport = _split_host_port(address)
+        site: web.BaseSite
+        if hostport is None:
+            site = web.UnixSite(runner, address)
+        else:
+            site = web.TCPSite(runner, hostport[0], hostport[1], reuse_address=True)
+        try:
+            await site.start()
+        except OSError as err:
+            await runner.cleanup()
+            raise StartupError(f"listen ({address}) failed - {err}") from err
+        self._http_runner = runner
+        server = site._server  # the bound asyncio server, to learn the real port
+        if server is None:
+            raise StartupError(f"listen ({address}) failed - no server")
+        sockname = server.sockets[0].getsockname()
+        self.http_address = _format_address(sockname)
+        self.http_port = sockname[1] if isinstance(sockname, tuple) else -1
+        log.info("HTTP: listening on %s", self.http_address)
+
+    def _queue_scan(self) -> None:
+        self.broker.process_timeouts(self.loop.time())
+        self._scan_timer = self.loop.call_later(QUEUE_SCAN_INTERVAL, self._queue_scan)
+
+    def disconnect(self, client_ids: list[int]) -> None:
+        for client_id in client_ids:
+            conn = self.clients.get(client_id)
+            if conn is not None:
+                conn.close()
+
+    async def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._scan_timer is not None:
+            self._scan_timer.cancel()
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+        for conn in list(self.clients.values()):
+            conn.close()
+        if self._http_runner is not None:
+            await self._http_runner.cleanup()
+        if self._tcp_server is not None:
+            await self._tcp_server.wait_closed()
+        log.info("NSQ: bye")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()

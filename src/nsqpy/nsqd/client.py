@@ -1,0 +1,77 @@
+"""Per-connection client state as the channel sees it (no I/O).
+
+The TCP adapter owns one ``ClientState`` per connection and gives it ``write_message``, the
+function that frames a delivered message into the connection's output buffer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.channel import Channel
+    from nsqpy.nsqd.message import Message
+
+# nsqd's client states; the numbers appear in /stats as "state".
+STATE_INIT: Final = 0
+STATE_DISCONNECTED: Final = 1
+STATE_CONNECTED: Final = 2
+STATE_SUBSCRIBED: Final = 3
+STATE_CLOSING: Final = 4
+
+
+class ClientState:
+    """RDY window, in-flight messages and counters of one consumer connection.
+
+    ``in_flight`` maps id -> message in delivery (and TOUCH) order. Every message of a client
+    gets the same timeout, so that order is also deadline order and expiry only looks at the
+    front; the rare deadline shortened by the max-msg-timeout cap is tracked in ``capped``.
+    """
+
+    __slots__ = (
+        "capped",
+        "channel",
+        "client_id",
+        "connect_ts",
+        "finish_count",
+        "id",
+        "in_flight",
+        "in_ready",
+        "message_count",
+        "msg_timeout",
+        "rdy",
+        "requeue_count",
+        "sample_rate",
+        "state",
+        "writable",
+        "write_message",
+    )
+
+    def __init__(
+        self,
+        client_id: int,
+        write_message: Callable[[Message], None],
+        *,
+        msg_timeout: float = 60.0,
+        connect_ts: int = 0,
+    ) -> None:
+        self.id = client_id
+        self.client_id = ""
+        self.write_message = write_message
+        self.msg_timeout = msg_timeout
+        self.connect_ts = connect_ts
+        self.state = STATE_INIT
+        self.rdy = 0
+        self.in_flight: dict[bytes, Message] = {}
+        self.capped: set[bytes] = set()
+        self.in_ready = False  # queued in its channel's ready deque
+        self.writable = True  # False while the transport's write buffer is over its mark
+        self.channel: Channel | None = None
+        self.sample_rate = 0
+        self.message_count = 0
+        self.finish_count = 0
+        self.requeue_count = 0
+
+    def is_ready(self) -> bool:
+        return self.rdy > len(self.in_flight) and self.writable

@@ -1,0 +1,42 @@
+"""A message as a channel holds it: the shared body plus per-channel delivery state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.client import ClientState
+
+
+class Message:
+    """One message on one channel (each channel gets its own copy; the body is shared).
+
+    ``timestamp`` is wall-clock ns at publish (it goes on the wire); ``deadline`` and
+    ``delivery_ts`` are monotonic seconds from the injected clock; ``deferred`` is the
+    publisher's requested delay in seconds (DPUB), kept so a copy made later honours it.
+    """
+
+    __slots__ = (
+        "attempts",
+        "body",
+        "client",
+        "deadline",
+        "deferred",
+        "delivery_ts",
+        "id",
+        "timestamp",
+    )
+
+    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, deferred: float = 0.0) -> None:
+        self.id = msg_id
+        self.body = body
+        self.timestamp = timestamp
+        self.attempts = 0
+        self.deferred = deferred
+        self.client: ClientState | None = None
+        self.deadline = 0.0
+        self.delivery_ts = 0.0
+
+    def copy(self) -> Message:
+        """A fresh copy for another channel: same id, body, timestamp and deferral."""
+        return Message(self.id, self.body, self.timestamp, self.deferred)

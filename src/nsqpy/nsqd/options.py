@@ -1,0 +1,582 @@
+"""nsqd's options: defaults, command line, config file and validation (NSQ v1.3.0).
+
+``NsqdOptions()`` holds exactly the defaults of NSQ's ``NewOptions()``; ``parse_nsqd_args``
+reproduces nsqd's startup sequence (flags → ``--version`` → TOML config → config checks →
+go-options resolution → option validation) with Go's messages and exit codes. Fields are named
+by their config key (``id`` is ``node_id``); durations are int nanoseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import tomllib
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, NoReturn
+
+from nsqpy._internal.duration import HOUR, MILLISECOND, MINUTE, SECOND
+from nsqpy._internal.goflag import (
+    ConfigError,
+    FlagKind,
+    FlagSet,
+    ParsedFlags,
+    exit_fatal,
+    format_go_float,
+    format_go_value,
+    parse_go_bool,
+)
+from nsqpy._version import __version__
+from nsqpy.protocol.constants import NSQ_VERSION
+
+# Options without a flag: fixed in NSQ, kept as fields too so tests can shorten them.
+CLIENT_TIMEOUT_NS: Final = 60 * SECOND  # default heartbeat interval is half of this
+QUEUE_SCAN_INTERVAL_NS: Final = 100 * MILLISECOND
+QUEUE_SCAN_REFRESH_INTERVAL_NS: Final = 5 * SECOND
+QUEUE_SCAN_DIRTY_PERCENT: Final = 0.25
+
+TLS_NOT_REQUIRED: Final = 0
+TLS_REQUIRED_EXCEPT_HTTP: Final = 1
+TLS_REQUIRED: Final = 2
+
+#: ``--tls-min-version`` names and the TLS protocol numbers Go stores for them.
+TLS_VERSIONS: Final[Mapping[str, int]] = {
+    "tls1.0": 0x0301,
+    "tls1.1": 0x0302,
+    "tls1.2": 0x0303,
+    "tls1.3": 0x0304,
+}
+
+#: Log level names in NSQ's order; ``GET /config/log_level`` reports the 1-based index.
+LOG_LEVELS: Final = ("debug", "info", "warn", "error", "fatal")
+# Go's LogLevel.String(), shown as the flag's default in --help.
+_LOG_LEVEL_DISPLAY: Final = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING"}
+
+_FATAL_PREFIX: Final = "[nsqd] "
+
+
+class OptionsError(ValueError):
+    """An invalid nsqd option; the message is nsqd's own wording."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Value parsers shared by flags, config files and the HTTP API
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_log_level(text: str) -> str:
+    """Validate a log level (any case) and return its lowercase name."""
+    name = text.lower()
+    if name not in LOG_LEVELS:
+        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
+    return name
+
+
+def log_level_number(name: str) -> int:
+    """NSQ's numeric level: debug=1, info=2, warn=3, error=4, fatal=5."""
+    return LOG_LEVELS.index(parse_log_level(name)) + 1
+
+
+def parse_tls_required(text: str) -> int:
+    """``--tls-required`` value: "tcp-https" → 1, else a Go bool (true → 2, false → 0)."""
+    lowered = text.lower()
+    if lowered == "tcp-https":
+        return TLS_REQUIRED_EXCEPT_HTTP
+    return TLS_REQUIRED if parse_go_bool(lowered) else TLS_NOT_REQUIRED
+
+
+def parse_tls_min_version(text: str) -> int | None:
+    """``--tls-min-version`` value → TLS version number; "" means "leave unchanged" (None)."""
+    lowered = text.lower()
+    if not lowered:
+        return None
+    version = TLS_VERSIONS.get(lowered)
+    if version is None:
+        # Go formats this with %q, which is the only quoting needed for plain names.
+        raise ValueError(f'unknown tlsVersionOption "{lowered}"')
+    return version
+
+
+def default_node_id(hostname: str | None = None) -> int:
+    """NSQ's default node id: CRC-32 (IEEE) of the MD5 digest of the hostname, mod 1024."""
+    name = socket.gethostname() if hostname is None else hostname
+    return zlib.crc32(hashlib.md5(name.encode()).digest()) % 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# The options
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class NsqdOptions:
+    """Every nsqd v1.3.0 option, defaulting exactly as NSQ's ``NewOptions()``."""
+
+    # basic
+    node_id: int = field(default_factory=default_node_id)
+    log_level: str = "info"
+    log_prefix: str = "[nsqd] "
+    tcp_address: str = "0.0.0.0:4150"
+    http_address: str = "0.0.0.0:4151"
+    https_address: str = "0.0.0.0:4152"
+    broadcast_address: str = field(default_factory=socket.gethostname)
+    broadcast_tcp_port: int = 0
+    broadcast_http_port: int = 0
+    nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
+    auth_http_addresses: list[str] = field(default_factory=list)
+    http_client_connect_timeout: int = 2 * SECOND
+    http_client_request_timeout: int = 5 * SECOND
+    # disk queue
+    data_path: str = ""
+    mem_queue_size: int = 10_000
+    max_bytes_per_file: int = 100 * 1024 * 1024
+    sync_every: int = 2500
+    sync_timeout: int = 2 * SECOND
+    queue_scan_worker_pool_max: int = 4
+    queue_scan_selection_count: int = 20
+    # messages and commands
+    msg_timeout: int = 60 * SECOND
+    max_msg_timeout: int = 15 * MINUTE
+    max_msg_size: int = 1024 * 1024
+    max_req_timeout: int = 1 * HOUR
+    max_body_size: int = 5 * 1024 * 1024
+    # client-overridable limits
+    max_heartbeat_interval: int = 60 * SECOND
+    max_rdy_count: int = 2500
+    max_output_buffer_size: int = 64 * 1024
+    max_output_buffer_timeout: int = 30 * SECOND
+    min_output_buffer_timeout: int = 25 * MILLISECOND
+    output_buffer_timeout: int = 250 * MILLISECOND
+    max_channel_consumers: int = 0
+    # statsd
+    statsd_address: str = ""
+    statsd_prefix: str = "nsq.%s"
+    statsd_interval: int = 60 * SECOND
+    statsd_mem_stats: bool = True
+    statsd_udp_packet_size: int = 508
+    statsd_exclude_ephemeral: bool = False
+    # end-to-end latency
+    e2e_processing_latency_percentiles: list[float] = field(default_factory=list)
+    e2e_processing_latency_window_time: int = 10 * MINUTE
+    # TLS
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_auth_policy: str = ""
+    tls_root_ca_file: str = ""
+    tls_required: int = TLS_NOT_REQUIRED
+    tls_min_version: int = TLS_VERSIONS["tls1.0"]
+    # compression
+    deflate: bool = True
+    max_deflate_level: int = 6
+    snappy: bool = True
+    # no flag and no config key (not reported by /config)
+    queue_scan_interval: int = QUEUE_SCAN_INTERVAL_NS
+    queue_scan_refresh_interval: int = QUEUE_SCAN_REFRESH_INTERVAL_NS
+    queue_scan_dirty_percent: float = QUEUE_SCAN_DIRTY_PERCENT
+    client_timeout: int = CLIENT_TIMEOUT_NS
+
+
+#: Config keys (= ``/config/:opt`` names) whose field name differs from the key.
+_FIELD_BY_CFG: Final = {"id": "node_id"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+
+def _log_level_flag(text: str, _current: object) -> object:
+    return parse_log_level(text)
+
+
+def _tls_required_flag(text: str, _current: object) -> object:
+    return parse_tls_required(text)
+
+
+def _tls_min_version_flag(text: str, current: object) -> object:
+    version = parse_tls_min_version(text)
+    return current if version is None else version
+
+
+def _tls_version_name(version: int) -> str:
+    names = {number: name for name, number in TLS_VERSIONS.items()}
+    return names.get(version, str(version))
+
+
+def _add_basic_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_bool("version", False, "print version string", cfg=None)
+    fs.add_string("config", "", "path to config file", cfg=None)
+    fs.add_value(
+        "log-level",
+        d.log_level,
+        "set log verbosity: debug, info, warn, error, or fatal",
+        parser=_log_level_flag,
+        coerce_as=FlagKind.STRING,
+        default_text=_LOG_LEVEL_DISPLAY.get(d.log_level, d.log_level.upper()),
+    )
+    fs.add_string("log-prefix", d.log_prefix, "log message prefix")
+    fs.add_bool("verbose", False, "[deprecated] has no effect, use --log-level", cfg=None)
+    fs.add_int(
+        "node-id",
+        d.node_id,
+        "unique part for message IDs, (int) in range [0,1024) (default is hash of hostname)",
+        cfg="id",
+    )
+    fs.add_bool("worker-id", False, "[deprecated] use --node-id", cfg=None)
+    fs.add_string("https-address", d.https_address, "<addr>:<port> to listen on for HTTPS clients")
+    fs.add_string(
+        "http-address",
+        d.http_address,
+        "address to listen on for HTTP clients "
+        "(<addr>:<port> for TCP/IP or <path> for unix socket)",
+    )
+    fs.add_string(
+        "tcp-address",
+        d.tcp_address,
+        "address to listen on for TCP clients (<addr>:<port> for TCP/IP or <path> for unix socket)",
+    )
+    fs.add_string_array(
+        "auth-http-address",
+        "<addr>:<port> or a full url to query auth server (may be given multiple times)",
+        cfg="auth_http_addresses",
+    )
+    fs.add_string(
+        "broadcast-address",
+        d.broadcast_address,
+        "address that will be registered with lookupd (defaults to the OS hostname)",
+    )
+    fs.add_int(
+        "broadcast-tcp-port",
+        d.broadcast_tcp_port,
+        "TCP port that will be registered with lookupd "
+        "(defaults to the TCP port that this nsqd is listening on)",
+    )
+    fs.add_int(
+        "broadcast-http-port",
+        d.broadcast_http_port,
+        "HTTP port that will be registered with lookupd "
+        "(defaults to the HTTP port that this nsqd is listening on)",
+    )
+    fs.add_string_array(
+        "lookupd-tcp-address",
+        "lookupd TCP address (may be given multiple times)",
+        cfg="nsqlookupd_tcp_addresses",
+    )
+    fs.add_duration(
+        "http-client-connect-timeout", d.http_client_connect_timeout, "timeout for HTTP connect"
+    )
+    fs.add_duration(
+        "http-client-request-timeout", d.http_client_request_timeout, "timeout for HTTP request"
+    )
+
+
+def _add_queue_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_string("data-path", d.data_path, "path to store disk-backed messages")
+    fs.add_int(
+        "mem-queue-size",
+        d.mem_queue_size,
+        "number of messages to keep in memory (per topic/channel)",
+    )
+    fs.add_int(
+        "max-bytes-per-file",
+        d.max_bytes_per_file,
+        "number of bytes per diskqueue file before rolling",
+    )
+    fs.add_int("sync-every", d.sync_every, "number of messages per diskqueue fsync")
+    fs.add_duration("sync-timeout", d.sync_timeout, "duration of time per diskqueue fsync")
+    fs.add_int(
+        "queue-scan-worker-pool-max",
+        d.queue_scan_worker_pool_max,
+        "max concurrency for checking in-flight and deferred message timeouts",
+    )
+    fs.add_int(
+        "queue-scan-selection-count",
+        d.queue_scan_selection_count,
+        "number of channels to check per cycle (every 100ms) for in-flight and deferred timeouts",
+    )
+
+
+def _add_message_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_duration(
+        "msg-timeout", d.msg_timeout, "default duration to wait before auto-requeing a message"
+    )
+    fs.add_duration(
+        "max-msg-timeout", d.max_msg_timeout, "maximum duration before a message will timeout"
+    )
+    fs.add_int("max-msg-size", d.max_msg_size, "maximum size of a single message in bytes")
+    fs.add_duration("max-req-timeout", d.max_req_timeout, "maximum requeuing timeout for a message")
+    fs.add_int("max-body-size", d.max_body_size, "maximum size of a single command body")
+
+
+def _add_client_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_duration(
+        "max-heartbeat-interval",
+        d.max_heartbeat_interval,
+        "maximum client configurable duration of time between client heartbeats",
+    )
+    fs.add_int("max-rdy-count", d.max_rdy_count, "maximum RDY count for a client")
+    fs.add_int(
+        "max-output-buffer-size",
+        d.max_output_buffer_size,
+        "maximum client configurable size (in bytes) for a client output buffer",
+    )
+    fs.add_duration(
+        "max-output-buffer-timeout",
+        d.max_output_buffer_timeout,
+        "maximum client configurable duration of time between flushing to a client",
+    )
+    fs.add_duration(
+        "min-output-buffer-timeout",
+        d.min_output_buffer_timeout,
+        "minimum client configurable duration of time between flushing to a client",
+    )
+    fs.add_duration(
+        "output-buffer-timeout",
+        d.output_buffer_timeout,
+        "default duration of time between flushing data to clients",
+    )
+    fs.add_int(
+        "max-channel-consumers",
+        d.max_channel_consumers,
+        "maximum channel consumer connection count per nsqd instance (default 0, i.e., unlimited)",
+    )
+
+
+def _add_statsd_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_string(
+        "statsd-address",
+        d.statsd_address,
+        "UDP <addr>:<port> of a statsd daemon for pushing stats",
+    )
+    fs.add_duration("statsd-interval", d.statsd_interval, "duration between pushing to statsd")
+    fs.add_bool(
+        "statsd-mem-stats", d.statsd_mem_stats, "toggle sending memory and GC stats to statsd"
+    )
+    fs.add_string(
+        "statsd-prefix",
+        d.statsd_prefix,
+        "prefix used for keys sent to statsd (%s for host replacement)",
+    )
+    fs.add_int(
+        "statsd-udp-packet-size",
+        d.statsd_udp_packet_size,
+        "the size in bytes of statsd UDP packets",
+    )
+    fs.add_bool(
+        "statsd-exclude-ephemeral",
+        d.statsd_exclude_ephemeral,
+        "Skip ephemeral topics and channels when sending stats to statsd",
+    )
+
+
+def _add_e2e_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_float_array(
+        "e2e-processing-latency-percentile",
+        "message processing time percentiles (as float (0, 1.0]) to track (can be specified "
+        "multiple times or comma separated '1.0,0.99,0.95', default none)",
+        cfg="e2e_processing_latency_percentiles",
+    )
+    fs.add_duration(
+        "e2e-processing-latency-window-time",
+        d.e2e_processing_latency_window_time,
+        "calculate end to end latency quantiles for this duration of time "
+        "(ie: 60s would only show quantile calculations from the past 60 seconds)",
+    )
+
+
+def _add_tls_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_string("tls-cert", d.tls_cert, "path to certificate file")
+    fs.add_string("tls-key", d.tls_key, "path to key file")
+    fs.add_string(
+        "tls-client-auth-policy",
+        d.tls_client_auth_policy,
+        "client certificate auth policy ('require' or 'require-verify')",
+    )
+    fs.add_string("tls-root-ca-file", d.tls_root_ca_file, "path to certificate authority file")
+    fs.add_value(
+        "tls-required",
+        d.tls_required,
+        "require TLS for client connections (true, false, tcp-https)",
+        parser=_tls_required_flag,
+        coerce_as=FlagKind.INT,
+        bool_style=True,
+        default_text=str(d.tls_required) if d.tls_required else None,
+    )
+    fs.add_value(
+        "tls-min-version",
+        d.tls_min_version,
+        "minimum SSL/TLS version acceptable ('ssl3.0', 'tls1.0', 'tls1.1', 'tls1.2' or 'tls1.3')",
+        parser=_tls_min_version_flag,
+        coerce_as=FlagKind.INT,
+        default_text=_tls_version_name(d.tls_min_version) if d.tls_min_version else None,
+    )
+
+
+def _add_compression_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_bool("deflate", d.deflate, "enable deflate feature negotiation (client compression)")
+    fs.add_int(
+        "max-deflate-level",
+        d.max_deflate_level,
+        "max deflate compression level a client can negotiate (> values == > nsqd CPU usage)",
+    )
+    fs.add_bool("snappy", d.snappy, "enable snappy feature negotiation (client compression)")
+
+
+def nsqd_flag_set(defaults: NsqdOptions | None = None) -> FlagSet:
+    """nsqd's flags, with defaults taken from ``defaults`` (a fresh NsqdOptions if None)."""
+    d = NsqdOptions() if defaults is None else defaults
+    fs = FlagSet("nsqd")
+    for add in (
+        _add_basic_flags,
+        _add_queue_flags,
+        _add_message_flags,
+        _add_client_flags,
+        _add_statsd_flags,
+        _add_e2e_flags,
+        _add_tls_flags,
+        _add_compression_flags,
+    ):
+        add(fs, d)
+    return fs
+
+
+#: Every config-file key, which is also every name ``GET /config/:opt`` accepts.
+CFG_NAMES: Final[frozenset[str]] = frozenset(
+    key
+    for flag in nsqd_flag_set(NsqdOptions(node_id=0, broadcast_address="")).flags
+    if (key := flag.config_key) is not None
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config file
+# ---------------------------------------------------------------------------------------------
+
+
+def load_config_file(path: str) -> dict[str, object]:
+    """Read a TOML config file; OptionsError carries nsqd's message on failure."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise OptionsError(f"failed to load config file {path} - {err}") from None
+
+
+def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
+    """nsqd's special config-file checks; returns the cfg with those values normalised.
+
+    tls_required becomes "0"/"1"/"2", tls_min_version a version number as text (an empty
+    value is dropped), log_level a lowercase name. OptionsError: ``failed parsing <key> <v>``.
+    """
+    out = dict(cfg)
+    if "tls_required" in out:
+        raw = out["tls_required"]
+        try:
+            out["tls_required"] = str(parse_tls_required(format_go_value(raw)))
+        except ValueError:
+            raise OptionsError(f"failed parsing tls_required {format_go_value(raw)}") from None
+    if "tls_min_version" in out:
+        raw = out["tls_min_version"]
+        try:
+            version = parse_tls_min_version(format_go_value(raw))
+        except ValueError:
+            raise OptionsError(f"failed parsing tls_min_version {format_go_value(raw)}") from None
+        if version is None:
+            del out["tls_min_version"]
+        else:
+            out["tls_min_version"] = str(version)
+    if "log_level" in out:
+        raw = out["log_level"]
+        try:
+            out["log_level"] = parse_log_level(format_go_value(raw))
+        except ValueError:
+            raise OptionsError(f"failed parsing log_level {format_go_value(raw)}") from None
+    return out
+
+
+def resolve_options(fs: FlagSet, parsed: ParsedFlags, cfg: Mapping[str, object]) -> NsqdOptions:
+    """Build NsqdOptions: command-line flag > config key > default. Raises ConfigError."""
+    opts = NsqdOptions()
+    for key, value in fs.resolve(parsed, cfg).items():
+        setattr(opts, _FIELD_BY_CFG.get(key, key), value)
+    return opts
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and startup
+# ---------------------------------------------------------------------------------------------
+
+
+def validate(opts: NsqdOptions) -> None:
+    """The option checks nsqd makes at startup, in NSQ's order. Raises OptionsError.
+
+    A non-empty ``tls_client_auth_policy`` upgrades ``tls_required`` to 2 (in place).
+    """
+    if not 1 <= opts.max_deflate_level <= 9:
+        raise OptionsError("--max-deflate-level must be [1,9]")
+    if not 0 <= opts.node_id < 1024:
+        raise OptionsError("--node-id must be [0,1024)")
+    if opts.tls_client_auth_policy and opts.tls_required == TLS_NOT_REQUIRED:
+        opts.tls_required = TLS_REQUIRED
+    # NSQ only lacks a TLS config when neither file is given; one without the other fails
+    # later, while loading the key pair.
+    if not opts.tls_cert and not opts.tls_key and opts.tls_required != TLS_NOT_REQUIRED:
+        raise OptionsError("cannot require TLS client connections without TLS key and cert")
+    for percentile in opts.e2e_processing_latency_percentiles:
+        if percentile <= 0 or percentile > 1:
+            raise OptionsError(
+                f"invalid E2E processing latency percentile: {format_go_float(percentile)}"
+            )
+
+
+def version_string() -> str:
+    """``nsqd --version`` output."""
+    return f"nsqd v{NSQ_VERSION} (built w/nsqpy-{__version__})"
+
+
+def _fatal(message: str) -> NoReturn:
+    # nsqd's logFatal: fixed "[nsqd] " prefix, microseconds, FATAL level, exit status 1.
+    exit_fatal(f"FATAL: {message}", prefix=_FATAL_PREFIX, micros=True)
+
+
+def parse_nsqd_args(argv: Sequence[str]) -> NsqdOptions:
+    """Turn nsqd's command line (without argv[0]) into validated options, exiting like nsqd
+    on errors: usage errors exit 2, ``--help``/``--version`` exit 0, bad values exit 1."""
+    fs = nsqd_flag_set()
+    parsed = fs.parse(argv)
+    if parsed["version"]:
+        print(version_string())
+        raise SystemExit(0)
+    config_path = str(parsed["config"])
+    try:
+        cfg = validate_config(load_config_file(config_path) if config_path else {})
+    except OptionsError as err:
+        _fatal(str(err))
+    try:
+        opts = resolve_options(fs, parsed, cfg)
+    except ConfigError as err:
+        exit_fatal(str(err))  # go-options uses the standard logger: no prefix, no micros
+    try:
+        validate(opts)
+    except OptionsError as err:
+        _fatal(f"failed to instantiate nsqd - {err}")
+    return opts
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP /config/:opt
+# ---------------------------------------------------------------------------------------------
+
+
+def config_value(opts: NsqdOptions, cfg_name: str) -> object:
+    """The value ``GET /config/<cfg_name>`` reports, typed as Go would (log_level as 1..5,
+    durations as int ns, lists copied). KeyError for names nsqd does not expose."""
+    if cfg_name not in CFG_NAMES:
+        raise KeyError(cfg_name)
+    value: object = getattr(opts, _FIELD_BY_CFG.get(cfg_name, cfg_name))
+    if cfg_name == "log_level":
+        return log_level_number(str(value))
+    if isinstance(value, list):
+        return list(value)
+    return value

@@ -1,0 +1,423 @@
+"""TCP adapter: one ``asyncio.Protocol`` per client connection speaking NSQ's V2.
+
+Bytes go through the sans-IO :class:`CommandReader`; each command is dispatched through
+``_HANDLERS`` to a method that validates it exactly as nsqd does and calls the broker.
+Replies and delivered messages are appended to an output buffer that the daemon flushes once
+per loop iteration (or at once when it passes 64 KiB), so a burst of deliveries costs one
+write. While the transport's own buffer is over its high-water mark the client is not
+ready for messages, which bounds memory for slow consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from nsqpy.nsqd.client import (
+    STATE_CLOSING,
+    STATE_INIT,
+    STATE_SUBSCRIBED,
+    ClientState,
+)
+from nsqpy.nsqd.errors import BrokerError, InFlightError
+from nsqpy.nsqd.message import Message
+from nsqpy.protocol.command_reader import CommandReader, parse_mpub
+from nsqpy.protocol.constants import FRAME_TYPE_MESSAGE, MAGIC_V2, MSG_ID_LENGTH
+from nsqpy.protocol.errors import ClientError, SilentClose
+from nsqpy.protocol.frames import (
+    CLOSE_WAIT_FRAME,
+    HEARTBEAT_FRAME,
+    MESSAGE_HEADER,
+    OK_FRAME,
+    encode_error,
+    encode_response,
+)
+from nsqpy.protocol.identify import ClientSettings, negotiate
+from nsqpy.protocol.names import is_valid_name
+from nsqpy.protocol.text import as_int64, byte_to_base10, go_quote
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.app import NSQD
+
+log = logging.getLogger("nsqpy.nsqd")
+
+_FLUSH_AT: Final = 65536
+_pack_header = MESSAGE_HEADER.pack
+_MS: Final = 1_000_000
+
+
+def _invalid(desc: str) -> ClientError:
+    return ClientError("E_INVALID", desc)
+
+
+class V2Connection(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, nsqd: NSQD) -> None:
+        self.nsqd = nsqd
+        self.loop = nsqd.loop
+        opts = nsqd.opts
+        self.settings = ClientSettings(
+            heartbeat_interval=30_000,
+            output_buffer_timeout=opts.output_buffer_timeout // _MS,
+            msg_timeout=opts.msg_timeout // _MS,
+        )
+        self.reader = CommandReader(opts.max_msg_size, opts.max_body_size, self._line_check)
+        self.state = ClientState(nsqd.next_client_id(), self._write_message)
+        self.state.msg_timeout = self.settings.msg_timeout / 1000
+        self.transport: asyncio.Transport | None = None
+        self.remote_address = ""
+        self.remote_ip = ""
+        self.pub_counts: dict[str, int] = {}
+        self._out = bytearray()
+        self.flush_pending = False
+        self._magic = b""
+        self._closing = False
+        self._last_read = 0.0
+        self._heartbeat_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._handlers: dict[bytes, Callable[[list[bytes], bytes | None, float], None]] = {
+            b"FIN": self._fin,
+            b"RDY": self._rdy,
+            b"REQ": self._req,
+            b"PUB": self._pub,
+            b"MPUB": self._mpub,
+            b"DPUB": self._dpub,
+            b"NOP": self._nop,
+            b"TOUCH": self._touch,
+            b"SUB": self._sub,
+            b"CLS": self._cls,
+            b"IDENTIFY": self._identify,
+            b"AUTH": self._auth,
+        }
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            host, port = peer[0], peer[1]
+            self.remote_ip = host
+            self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        else:
+            self.remote_ip = self.remote_address = str(peer or "")
+        self.settings.client_id = self.settings.hostname = self.remote_ip
+        self.state.client_id = self.remote_ip
+        self.state.connect_ts = int(time.time())
+        self.nsqd.clients[self.state.id] = self
+        log.info("TCP: new client(%s)", self.remote_address)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        now = self.loop.time()
+        self._last_read = now
+        if len(self._magic) < 4:
+            data = self._read_magic(data)
+            if not data:
+                return
+        reader = self.reader
+        reader.feed(data)
+        handlers = self._handlers
+        try:
+            while (cmd := reader.next()) is not None:
+                handler = handlers.get(cmd[0])
+                if handler is None:
+                    raise _invalid(f"invalid command {cmd[0].decode('utf-8', 'replace')}")
+                try:
+                    handler(cmd[1], cmd[2], now)
+                except ClientError as err:
+                    if err.fatal:
+                        raise
+                    self._send_frame(encode_error(err.wire))
+                if self._closing:
+                    return
+        except ClientError as err:
+            log.error("[%s] - %s", self.remote_address, err)
+            self._send_frame(encode_error(err.wire))
+            self.close()
+        except SilentClose as err:
+            log.error("PROTOCOL(V2): [%s] failed to read command - %s", self.remote_address, err)
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        for timer in (self._heartbeat_timer, self._deadline_timer):
+            if timer is not None:
+                timer.cancel()
+        self.nsqd.clients.pop(self.state.id, None)
+        self.nsqd.broker.remove_client(self.state, self.loop.time())
+        log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
+
+    # asyncio.Protocol flow-control callbacks:
+    def pause_writing(self) -> None:
+        self.state.writable = False
+
+    def resume_writing(self) -> None:
+        self.state.writable = True
+        channel = self.state.channel
+        if channel is not None:
+            channel.client_ready(self.state, self.loop.time())
+
+    # -- connection start and lifetime ----------------------------------------------------
+    def _read_magic(self, data: bytes) -> bytes:
+        missing = 4 - len(self._magic)
+        self._magic += data[:missing]
+        if len(self._magic) < 4:
+            return b""
+        if self._magic != MAGIC_V2:
+            log.error("client(%s) bad protocol magic '%s'", self.remote_address, self._magic)
+            self._send_frame(encode_error(b"E_BAD_PROTOCOL"))
+            self.close()
+            return b""
+        self._start_heartbeats()
+        return data[missing:]
+
+    def _start_heartbeats(self) -> None:
+        for timer in (self._heartbeat_timer, self._deadline_timer):
+            if timer is not None:
+                timer.cancel()
+        self._heartbeat_timer = self._deadline_timer = None
+        interval = self.settings.heartbeat_interval / 1000
+        if interval <= 0:
+            return
+        self._heartbeat_timer = self.loop.call_later(interval, self._heartbeat)
+        self._deadline_timer = self.loop.call_at(self._last_read + 2 * interval, self._deadline)
+
+    def _heartbeat(self) -> None:
+        interval = self.settings.heartbeat_interval / 1000
+        self._send_frame(HEARTBEAT_FRAME)
+        self._heartbeat_timer = self.loop.call_later(interval, self._heartbeat)
+
+    def _deadline(self) -> None:
+        due = self._last_read + 2 * self.settings.heartbeat_interval / 1000
+        if self.loop.time() >= due:
+            log.error("PROTOCOL(V2): [%s] read timeout (no heartbeat reply)", self.remote_address)
+            self.close()
+        else:
+            self._deadline_timer = self.loop.call_at(due, self._deadline)
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- output -------------------------------------------------------------------------
+    def _send_frame(self, frame: bytes) -> None:
+        self._out += frame
+        if not self.flush_pending:
+            self.nsqd.schedule_flush(self)
+
+    def _write_message(self, msg: Message) -> None:
+        out = self._out
+        body = msg.body
+        out += _pack_header(
+            len(body) + 30, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF
+        )
+        out += msg.id
+        out += body
+        if len(out) >= _FLUSH_AT:
+            self.flush()
+        elif not self.flush_pending:
+            self.nsqd.schedule_flush(self)
+
+    def flush(self) -> None:
+        self.flush_pending = False
+        if self._out and self.transport is not None and not self.transport.is_closing():
+            data, self._out = self._out, bytearray()
+            self.transport.write(data)
+
+    # -- validation before a body is read -----------------------------------------------
+    def _line_check(self, name: bytes, params: list[bytes]) -> None:
+        if name == b"PUB" or name == b"MPUB":
+            cmd = name.decode()
+            if len(params) < 2:
+                raise _invalid(f"{cmd} insufficient number of parameters")
+            self._check_topic(cmd, params[1])
+            if name == b"MPUB":
+                self.nsqd.broker.get_topic(params[1].decode())
+        elif name == b"DPUB":
+            self._check_dpub_line(params)
+        elif name == b"IDENTIFY":
+            if self.state.state != STATE_INIT:
+                raise _invalid("cannot IDENTIFY in current state")
+        elif name == b"AUTH":
+            if self.state.state != STATE_INIT:
+                raise _invalid("cannot AUTH in current state")
+            if len(params) != 1:
+                raise _invalid("AUTH invalid number of parameters")
+
+    @staticmethod
+    def _check_topic(cmd: str, raw: bytes) -> None:
+        if not is_valid_name(raw):
+            code = "E_BAD_TOPIC E_BAD_TOPIC" if cmd == "MPUB" else "E_BAD_TOPIC"
+            raise ClientError(code, f"{cmd} topic name {go_quote(raw)} is not valid", fatal=True)
+
+    def _check_dpub_line(self, params: list[bytes]) -> int:
+        if len(params) < 3:
+            raise _invalid("DPUB insufficient number of parameters")
+        self._check_topic("DPUB", params[1])
+        raw_ms = byte_to_base10(params[2])
+        if raw_ms is None:
+            raise _invalid(f"DPUB could not parse timeout {params[2].decode('utf-8', 'replace')}")
+        max_ms = self.nsqd.opts.max_req_timeout // _MS
+        if not 0 <= as_int64(raw_ms * _MS % (1 << 64)) <= self.nsqd.opts.max_req_timeout:
+            raise _invalid(f"DPUB timeout {raw_ms} out of range 0-{max_ms}")
+        return raw_ms
+
+    # -- publishing -----------------------------------------------------------------------
+    def _publish(self, cmd: str, topic_name: str, bodies: list[bytes], defer: float) -> None:
+        nsqd = self.nsqd
+        topic = nsqd.broker.get_topic(topic_name)
+        try:
+            topic.accept(len(bodies))
+        except BrokerError as err:
+            raise ClientError(f"E_{cmd}_FAILED", f"{cmd} failed {err}") from err
+        # OK goes out before any delivery this publish causes on this same connection.
+        self._send_frame(OK_FRAME)
+        now_ns = time.time_ns()
+        ids = nsqd.broker.guid.new_ids(len(bodies), now_ns)
+        topic.put_accepted(bodies, ids, now_ns, nsqd.loop.time(), defer)
+        self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + len(bodies)
+
+    def _pub(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        assert body is not None
+        self._publish("PUB", params[1].decode(), [body], 0.0)
+
+    def _mpub(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        assert body is not None
+        opts = self.nsqd.opts
+        bodies = parse_mpub(body, opts.max_msg_size, opts.max_body_size)
+        self._publish("MPUB", params[1].decode(), bodies, 0.0)
+
+    def _dpub(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        assert body is not None
+        defer_ms = self._check_dpub_line(params)
+        self._publish("DPUB", params[1].decode(), [body], defer_ms / 1000)
+
+    # -- consuming ----------------------------------------------------------------------
+    def _sub(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        state = self.state
+        if state.state != STATE_INIT:
+            raise _invalid("cannot SUB in current state")
+        if self.settings.heartbeat_interval <= 0:
+            raise _invalid("cannot SUB with heartbeats disabled")
+        if len(params) < 3:
+            raise _invalid("SUB insufficient number of parameters")
+        if not is_valid_name(params[1]):
+            raise ClientError("E_BAD_TOPIC", f"SUB topic name {go_quote(params[1])} is not valid")
+        if not is_valid_name(params[2]):
+            raise ClientError(
+                "E_BAD_CHANNEL", f"SUB channel name {go_quote(params[2])} is not valid"
+            )
+        broker = self.nsqd.broker
+        topic = broker.get_topic(params[1].decode())
+        channel = broker.get_channel(topic, params[2].decode(), now)
+        try:
+            channel.add_client(state)
+        except BrokerError as err:
+            raise ClientError("E_SUB_FAILED", f"SUB failed {err}") from err
+        state.state = STATE_SUBSCRIBED
+        self._send_frame(OK_FRAME)
+
+    def _rdy(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        state = self.state
+        if state.state == STATE_CLOSING:
+            return
+        if state.state != STATE_SUBSCRIBED or state.channel is None:
+            raise _invalid("cannot RDY in current state")
+        count = 1
+        if len(params) > 1:
+            parsed = byte_to_base10(params[1])
+            if parsed is None:
+                raise _invalid(f"RDY could not parse count {params[1].decode('utf-8', 'replace')}")
+            count = as_int64(parsed)
+        max_rdy = self.nsqd.opts.max_rdy_count
+        if not 0 <= count <= max_rdy:
+            raise _invalid(f"RDY count {count} out of range 0-{max_rdy}")
+        state.channel.set_rdy(state, count, now)
+
+    def _message_id(self, cmd: str, params: list[bytes], need: int) -> bytes:
+        state = self.state.state
+        if state != STATE_SUBSCRIBED and state != STATE_CLOSING:
+            raise _invalid(f"cannot {cmd} in current state")
+        if len(params) < need:
+            raise _invalid(f"{cmd} insufficient number of params")
+        msg_id = params[1]
+        if len(msg_id) != MSG_ID_LENGTH:
+            raise _invalid("invalid message ID")
+        return msg_id
+
+    def _fin(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        state = self.state
+        channel = state.channel
+        if channel is None or len(params) < 2 or len(params[1]) != MSG_ID_LENGTH:
+            self._message_id("FIN", params, 2)  # raises nsqd's exact error
+            raise _invalid("cannot FIN in current state")
+        msg_id = params[1]
+        try:
+            channel.finish(state, msg_id, now)
+        except InFlightError as err:
+            raise ClientError(
+                "E_FIN_FAILED", f"FIN {msg_id.decode('latin-1')} failed {err}"
+            ) from None
+
+    def _req(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        msg_id = self._message_id("REQ", params, 3)
+        raw_ms = byte_to_base10(params[2])
+        if raw_ms is None:
+            raise _invalid(f"REQ could not parse timeout {params[2].decode('utf-8', 'replace')}")
+        timeout_ns = as_int64(raw_ms * _MS % (1 << 64))
+        timeout_ns = min(max(timeout_ns, 0), self.nsqd.opts.max_req_timeout)
+        channel = self.state.channel
+        assert channel is not None
+        try:
+            channel.requeue(self.state, msg_id, timeout_ns / 1e9, now)
+        except InFlightError as err:
+            raise ClientError(
+                "E_REQ_FAILED", f"REQ {msg_id.decode('latin-1')} failed {err}"
+            ) from None
+
+    def _touch(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        msg_id = self._message_id("TOUCH", params, 2)
+        channel = self.state.channel
+        assert channel is not None
+        try:
+            channel.touch(self.state, msg_id, now)
+        except InFlightError as err:
+            raise ClientError(
+                "E_TOUCH_FAILED", f"TOUCH {msg_id.decode('latin-1')} failed {err}"
+            ) from None
+
+    def _cls(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        if self.state.state != STATE_SUBSCRIBED:
+            raise _invalid("cannot CLS in current state")
+        self.state.rdy = 0
+        self.state.state = STATE_CLOSING
+        self._send_frame(CLOSE_WAIT_FRAME)
+
+    def _nop(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        return None
+
+    # -- IDENTIFY and AUTH -----------------------------------------------------------------
+    def _identify(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        assert body is not None
+        settings, reply = negotiate(body, self.settings, self.nsqd.limits)
+        heartbeat_changed = settings.heartbeat_interval != self.settings.heartbeat_interval
+        self.settings = settings
+        self.state.client_id = settings.client_id
+        self.state.msg_timeout = settings.msg_timeout / 1000
+        self.state.sample_rate = settings.sample_rate
+        self._send_frame(OK_FRAME if reply is None else encode_response(reply))
+        if heartbeat_changed:
+            self._start_heartbeats()
+
+    def _auth(self, params: list[bytes], body: bytes | None, now: float) -> None:
+        raise ClientError("E_AUTH_DISABLED", "AUTH disabled")

@@ -1,0 +1,103 @@
+"""Server-to-client frames.
+
+::
+
+    frame:   [4-byte int32 size = 4 + len(data)][4-byte int32 frame type][data]
+    message: [8-byte int64 timestamp ns][2-byte uint16 attempts][16-byte hex id][body]
+
+Frame types: 0 response, 1 error, 2 message. All integers are big-endian.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, NamedTuple
+
+from nsqpy.protocol.constants import (
+    CLOSE_WAIT,
+    FRAME_TYPE_ERROR,
+    FRAME_TYPE_MESSAGE,
+    FRAME_TYPE_RESPONSE,
+    HEARTBEAT,
+    MIN_VALID_MSG_LENGTH,
+    OK,
+)
+
+_FRAME_HEADER: Final = struct.Struct(">ii")
+#: size, frame type, timestamp, attempts: everything of a message frame before its id.
+MESSAGE_HEADER: Final = struct.Struct(">iiqH")
+#: Bytes a message frame adds around its body: size, type, timestamp, attempts, id.
+MESSAGE_FRAME_OVERHEAD: Final = 4 + 4 + 8 + 2 + 16
+
+
+def encode_frame(frame_type: int, data: bytes) -> bytes:
+    return _FRAME_HEADER.pack(len(data) + 4, frame_type) + data
+
+
+def encode_response(data: bytes) -> bytes:
+    return encode_frame(FRAME_TYPE_RESPONSE, data)
+
+
+def encode_error(data: bytes) -> bytes:
+    return encode_frame(FRAME_TYPE_ERROR, data)
+
+
+def encode_message(timestamp: int, attempts: int, msg_id: bytes, body: bytes) -> bytes:
+    """A complete message frame (the broker's hot path builds the same bytes inline)."""
+    size = MESSAGE_FRAME_OVERHEAD - 4 + len(body)
+    return MESSAGE_HEADER.pack(size, FRAME_TYPE_MESSAGE, timestamp, attempts) + msg_id + body
+
+
+OK_FRAME: Final = encode_response(OK)
+HEARTBEAT_FRAME: Final = encode_response(HEARTBEAT)
+CLOSE_WAIT_FRAME: Final = encode_response(CLOSE_WAIT)
+
+
+class Frame(NamedTuple):
+    frame_type: int
+    data: bytes
+
+
+class Message(NamedTuple):
+    timestamp: int
+    attempts: int
+    id: bytes
+    body: bytes
+
+
+def decode_message(data: bytes) -> Message:
+    """Decode the data of a message frame."""
+    if len(data) < MIN_VALID_MSG_LENGTH:
+        raise ValueError(f"invalid message buffer size ({len(data)})")
+    timestamp, attempts = struct.unpack_from(">qH", data)
+    return Message(timestamp, attempts, bytes(data[10:26]), bytes(data[26:]))
+
+
+class FrameDecoder:
+    """Incremental frame reader for clients: ``feed(bytes)`` then ``next()`` until None."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next(self) -> Frame | None:
+        buf = self._buf
+        if len(buf) < 8:
+            return None
+        size, frame_type = _FRAME_HEADER.unpack_from(buf)
+        if size < 4:
+            raise ValueError(f"invalid frame size {size}")
+        if len(buf) < 4 + size:
+            return None
+        data = bytes(buf[8 : 4 + size])
+        del buf[: 4 + size]
+        return Frame(frame_type, data)
+
+    def frames(self) -> list[Frame]:
+        """Every complete frame buffered so far."""
+        out = []
+        while (frame := self.next()) is not None:
+            out.append(frame)
+        return out

@@ -1,0 +1,291 @@
+"""Channel and topic domain logic with an injected clock: no daemon, no sleeps."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsqpy.nsqd.broker import Broker, BrokerConfig
+from nsqpy.nsqd.channel import Channel
+from nsqpy.nsqd.client import STATE_CLOSING, ClientState
+from nsqpy.nsqd.errors import InFlightError, QueueFull, TooManyConsumers
+from nsqpy.nsqd.message import Message
+
+
+class Sink:
+    """A client whose deliveries are recorded instead of written to a socket."""
+
+    _ids = 0
+
+    def __init__(self, msg_timeout: float = 60.0) -> None:
+        Sink._ids += 1
+        self.got: list[Message] = []
+        self.attempts: list[int] = []  # attempts as they were at each delivery
+        self.state = ClientState(Sink._ids, self._deliver, msg_timeout=msg_timeout)
+
+    def _deliver(self, m: Message) -> None:
+        self.got.append(m)
+        self.attempts.append(m.attempts)
+
+
+def make_channel(mem: int = 100, max_msg_timeout: float = 900.0, **kw: int) -> Channel:
+    return Channel("t", "c", mem_queue_size=mem, max_msg_timeout=max_msg_timeout, **kw)
+
+
+def msg(n: int) -> Message:
+    return Message(b"%016x" % n, b"body%d" % n, 0)
+
+
+def subscribe(ch: Channel, rdy: int, msg_timeout: float = 60.0, now: float = 0.0) -> Sink:
+    sink = Sink(msg_timeout)
+    ch.add_client(sink.state)
+    ch.set_rdy(sink.state, rdy, now)
+    return sink
+
+
+def test_messages_wait_in_queue_until_a_client_is_ready() -> None:
+    ch = make_channel()
+    ch.put(msg(1), 0.0)
+    sink = subscribe(ch, 0)
+    assert ch.depth == 1 and sink.got == []
+    ch.set_rdy(sink.state, 1, 0.0)
+    assert [m.id for m in sink.got] == [msg(1).id]
+    assert sink.got[0].attempts == 1
+    assert ch.depth == 0 and ch.in_flight_count == 1
+
+
+def test_rdy_is_a_window_not_a_counter() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 2)
+    for n in range(5):
+        ch.put(msg(n), 0.0)
+    assert len(sink.got) == 2 and ch.depth == 3
+    ch.finish(sink.state, sink.got[0].id, 0.0)
+    assert len(sink.got) == 3  # one finished, one more delivered: window stays 2
+    assert sink.state.rdy == 2
+
+
+def test_messages_spread_round_robin_over_ready_clients() -> None:
+    ch = make_channel()
+    a, b = subscribe(ch, 10), subscribe(ch, 10)
+    for n in range(10):
+        ch.put(msg(n), 0.0)
+    assert len(a.got) == 5 and len(b.got) == 5
+
+
+def test_in_flight_timeout_requeues_and_counts() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 1, msg_timeout=60.0)
+    ch.put(msg(1), 0.0)
+    assert not ch.process(59.9)
+    assert ch.process(60.0)
+    assert ch.timeout_count == 1
+    # redelivered to the same (only) client with attempts incremented
+    assert sink.attempts == [1, 2]
+    assert ch.in_flight_count == 1
+
+
+def test_fin_errors() -> None:
+    ch = make_channel()
+    a, b = subscribe(ch, 1), subscribe(ch, 0)
+    ch.put(msg(1), 0.0)
+    with pytest.raises(InFlightError, match="client does not own message"):
+        ch.finish(b.state, a.got[0].id, 0.0)
+    with pytest.raises(InFlightError, match="ID not in flight"):
+        ch.finish(a.state, b"f" * 16, 0.0)
+
+
+def test_req_now_and_deferred() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 1)
+    ch.put(msg(1), 0.0)
+    ch.requeue(sink.state, sink.got[0].id, 0.0, 1.0)
+    assert len(sink.got) == 2 and ch.requeue_count == 1 and sink.state.requeue_count == 1
+    ch.requeue(sink.state, sink.got[1].id, 5.0, 2.0)
+    assert ch.deferred_count == 1 and ch.in_flight_count == 0
+    assert not ch.process(6.9)
+    assert ch.process(7.0)
+    assert len(sink.got) == 3 and sink.attempts == [1, 2, 3]
+
+
+def test_touch_extends_but_is_capped_by_max_msg_timeout() -> None:
+    ch = make_channel(max_msg_timeout=100.0)
+    sink = subscribe(ch, 1, msg_timeout=60.0)
+    ch.put(msg(1), 0.0)
+    ch.touch(sink.state, sink.got[0].id, 50.0)  # deadline 110 -> capped at 100
+    assert not ch.process(99.0)
+    assert ch.process(100.0)
+    assert ch.timeout_count == 1
+
+
+def test_touch_moves_deadline_later() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 2, msg_timeout=10.0)
+    ch.put(msg(1), 0.0)
+    ch.put(msg(2), 1.0)
+    ch.touch(sink.state, sink.got[0].id, 5.0)  # msg 1 now due at 15, msg 2 at 11
+    ch.process(11.0)
+    assert ch.timeout_count == 1
+    assert sink.got[-1].id == msg(2).id
+
+
+def test_disconnect_requeues_in_flight_at_once() -> None:
+    ch = make_channel()
+    a = subscribe(ch, 5)
+    for n in range(3):
+        ch.put(msg(n), 0.0)
+    b = subscribe(ch, 0)
+    assert ch.remove_client(a.state, 1.0) is False
+    assert ch.in_flight_count == 0 and ch.depth == 3 and ch.timeout_count == 3
+    ch.set_rdy(b.state, 10, 1.0)
+    assert len(b.got) == 3
+
+
+def test_ephemeral_channel_reports_last_client_gone() -> None:
+    ch = Channel("t", "c#ephemeral", mem_queue_size=2, max_msg_timeout=900.0)
+    sink = subscribe(ch, 0)
+    for n in range(5):
+        ch.put(msg(n), 0.0)
+    assert ch.depth == 2  # overflow of an ephemeral channel is dropped, as in nsqd
+    assert ch.remove_client(sink.state, 0.0) is True
+
+
+def test_max_consumers() -> None:
+    ch = make_channel(max_consumers=1)
+    subscribe(ch, 0)
+    with pytest.raises(TooManyConsumers, match="consumers for t:c exceeds limit of 1"):
+        subscribe(ch, 0)
+
+
+def test_pause_holds_messages_and_unpause_delivers() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 5)
+    ch.pause()
+    ch.put(msg(1), 0.0)
+    assert sink.got == [] and ch.depth == 1
+    ch.unpause(0.0)
+    assert len(sink.got) == 1
+
+
+def test_empty_drops_queued_in_flight_and_deferred() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 1)
+    ch.put(msg(1), 0.0)
+    ch.put(msg(2), 0.0)
+    ch.put_deferred(msg(3), 10.0)
+    ch.empty(0.0)
+    assert (ch.depth, ch.in_flight_count, ch.deferred_count) == (0, 0, 0)
+    assert sink.state.in_flight == {}
+
+
+def test_closing_client_ignores_rdy() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 0)
+    sink.state.state = STATE_CLOSING
+    ch.set_rdy(sink.state, 5, 0.0)
+    ch.put(msg(1), 0.0)
+    assert sink.got == []
+
+
+def test_unwritable_client_gets_nothing_until_resumed() -> None:
+    ch = make_channel()
+    sink = subscribe(ch, 5)
+    sink.state.writable = False
+    ch.put(msg(1), 0.0)
+    assert sink.got == [] and ch.depth == 1
+    sink.state.writable = True
+    ch.client_ready(sink.state, 0.0)
+    assert len(sink.got) == 1
+
+
+def test_sample_rate_drops_some_messages() -> None:
+    ch = make_channel(mem=1000)
+    sink = subscribe(ch, 1000)
+    sink.state.sample_rate = 10
+    for n in range(500):
+        ch.put(msg(n), 0.0)
+    assert 10 < len(sink.got) < 150
+    assert ch.depth == 0
+
+
+# -- topics through the broker -------------------------------------------------------------
+def broker(mem: int = 100) -> Broker:
+    return Broker(BrokerConfig(node_id=1, mem_queue_size=mem))
+
+
+def publish(b: Broker, topic: str, *bodies: bytes, defer: float = 0.0) -> None:
+    ids = b.guid.new_ids(len(bodies), 1_700_000_000_000_000_000)
+    b.get_topic(topic).put(list(bodies), ids, 1_700_000_000_000_000_000, 0.0, defer)
+
+
+def test_topic_holds_messages_until_first_channel() -> None:
+    b = broker()
+    publish(b, "t", b"a", b"b")
+    topic = b.topics["t"]
+    assert topic.depth == 2 and topic.message_count == 2 and topic.message_bytes == 2
+    ch = b.get_channel(topic, "c", 0.0)
+    assert topic.depth == 0 and ch.depth == 2
+
+
+def test_every_channel_gets_a_copy() -> None:
+    b = broker()
+    topic = b.get_topic("t")
+    c1, c2 = b.get_channel(topic, "c1", 0.0), b.get_channel(topic, "c2", 0.0)
+    publish(b, "t", b"x")
+    assert c1.depth == 1 and c2.depth == 1
+    assert c1.queue[0] is not c2.queue[0]
+    assert c1.queue[0].id == c2.queue[0].id and c1.queue[0].body is c2.queue[0].body
+
+
+def test_full_queue_refuses_whole_batch_and_drops_nothing() -> None:
+    b = broker(mem=3)
+    topic = b.get_topic("t")
+    ch = b.get_channel(topic, "c", 0.0)
+    publish(b, "t", b"1", b"2")
+    with pytest.raises(QueueFull):
+        publish(b, "t", b"3", b"4")
+    assert ch.depth == 2 and topic.message_count == 2
+
+
+def test_deferred_publish_goes_to_deferred_queue() -> None:
+    b = broker()
+    topic = b.get_topic("t")
+    ch = b.get_channel(topic, "c", 0.0)
+    publish(b, "t", b"later", defer=5.0)
+    assert ch.deferred_count == 1 and ch.depth == 0 and ch.message_count == 1
+    ch.process(5.0)
+    assert ch.depth == 1
+
+
+def test_ephemeral_topic_goes_with_its_last_channel() -> None:
+    b = broker()
+    topic = b.get_topic("t#ephemeral")
+    ch = b.get_channel(topic, "c#ephemeral", 0.0)
+    sink = Sink()
+    ch.add_client(sink.state)
+    b.remove_client(sink.state, 0.0)
+    assert "t#ephemeral" not in b.topics
+
+
+def test_delete_topic_returns_clients_and_notifies() -> None:
+    b = broker()
+    events: list[tuple[str, str, str]] = []
+    b.listeners.append(lambda *e: events.append(e))
+    topic = b.get_topic("t")
+    ch = b.get_channel(topic, "c", 0.0)
+    sink = Sink()
+    ch.add_client(sink.state)
+    assert b.delete_topic("t") == [sink.state]
+    assert events == [
+        ("topic_created", "t", ""),
+        ("channel_created", "t", "c"),
+        ("channel_deleted", "t", "c"),
+        ("topic_deleted", "t", ""),
+    ]
+
+
+def test_guid_unique_and_increasing_even_past_4096_per_tick() -> None:
+    b = broker()
+    ids = b.guid.new_ids(10000, 1_700_000_000_000_000_000) + b.guid.new_ids(5, 1_700_000_000_000_000_000)
+    assert len(set(ids)) == len(ids)
+    assert ids == sorted(ids)
+    assert all(len(i) == 16 for i in ids)
