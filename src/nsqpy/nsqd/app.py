@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import logging
 import os
+import socket
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -193,7 +194,8 @@ class NSQD:
         server = site._server  # the bound asyncio server, to learn the real port
         if server is None:
             raise StartupError(f"listen ({address}) failed - no server")
-        sockname = server.sockets[0].getsockname()
+        sockets: list[socket.socket] = list(getattr(server, "sockets", None) or [])
+        sockname = sockets[0].getsockname()
         self.http_address = _format_address(sockname)
         self.http_port = sockname[1] if isinstance(sockname, tuple) else -1
         log.info("HTTP: listening on %s", self.http_address)

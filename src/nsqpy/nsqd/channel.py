@@ -143,10 +143,9 @@ class Channel:
         if self.paused or not client.writable or client.id not in self.clients:
             return
         queue = self.queue
-        while queue and client.rdy > len(client.in_flight):
+        # _send may fill the transport and clear client.writable mid-way.
+        while queue and client.rdy > len(client.in_flight) and client.writable:
             self._send(client, queue.popleft(), now)
-            if not client.writable:
-                return
         if not client.in_ready and client.rdy > len(client.in_flight):
             client.in_ready = True
             self._ready.append(client)

@@ -61,7 +61,7 @@ class ClientState:
         self.write_message = write_message
         self.msg_timeout = msg_timeout
         self.connect_ts = connect_ts
-        self.state = STATE_INIT
+        self.state: int = STATE_INIT
         self.rdy = 0
         self.in_flight: dict[bytes, Message] = {}
         self.capped: set[bytes] = set()

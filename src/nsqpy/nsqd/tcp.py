@@ -134,7 +134,7 @@ class V2Connection(asyncio.Protocol):
                     if err.fatal:
                         raise
                     self._send_frame(encode_error(err.wire))
-                if self._closing:
+                if self.is_closing():
                     return
         except ClientError as err:
             log.error("[%s] - %s", self.remote_address, err)
@@ -200,6 +200,9 @@ class V2Connection(asyncio.Protocol):
             self.close()
         else:
             self._deadline_timer = self.loop.call_at(due, self._deadline)
+
+    def is_closing(self) -> bool:
+        return self._closing
 
     def close(self) -> None:
         if self._closing:
