@@ -208,13 +208,16 @@ def test_sample_rate_drops_some_messages() -> None:
 
 
 # -- topics through the broker -------------------------------------------------------------
+NOW_NS = 1_700_000_000_000_000_000
+
+
 def broker(mem: int = 100) -> Broker:
     return Broker(BrokerConfig(node_id=1, mem_queue_size=mem))
 
 
 def publish(b: Broker, topic: str, *bodies: bytes, defer: float = 0.0) -> None:
-    ids = b.guid.new_ids(len(bodies), 1_700_000_000_000_000_000)
-    b.get_topic(topic).put(list(bodies), ids, 1_700_000_000_000_000_000, 0.0, defer)
+    ids = b.guid.new_ids(len(bodies), NOW_NS)
+    b.get_topic(topic).put(list(bodies), ids, NOW_NS, 0.0, defer)
 
 
 def test_topic_holds_messages_until_first_channel() -> None:
@@ -285,7 +288,7 @@ def test_delete_topic_returns_clients_and_notifies() -> None:
 
 def test_guid_unique_and_increasing_even_past_4096_per_tick() -> None:
     b = broker()
-    ids = b.guid.new_ids(10000, 1_700_000_000_000_000_000) + b.guid.new_ids(5, 1_700_000_000_000_000_000)
+    ids = b.guid.new_ids(10000, NOW_NS) + b.guid.new_ids(5, NOW_NS)
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     assert all(len(i) == 16 for i in ids)

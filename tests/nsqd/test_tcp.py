@@ -163,7 +163,10 @@ async def test_fin_of_another_clients_message(nsqd: NSQD) -> None:
     await a.pub("t", b"x")
     msg = await a.message()
     b.cmd(f"FIN {msg.id.decode()}")
-    assert await b.error() == f"E_FIN_FAILED FIN {msg.id.decode()} failed client does not own message".encode()
+    assert (
+        await b.error()
+        == f"E_FIN_FAILED FIN {msg.id.decode()} failed client does not own message".encode()
+    )
 
 
 async def test_commands_after_a_fatal_error_are_not_run(nsqd: NSQD) -> None:
@@ -314,7 +317,12 @@ async def test_full_memory_queue_refuses_pub(nsqd_factory: NsqdFactory) -> None:
 async def test_garbage_never_hurts_other_clients(nsqd: NSQD) -> None:
     good = await connect(nsqd)
     await good.sub("t", "c", rdy=5)
-    junks = [b"\x00\xff" * 5000 + b"\n", b"PUB t\n\xff\xff\xff\xff", b"X" * 20000, b"IDENTIFY\n\x7f\xff\xff\xff"]
+    junks = [
+        b"\x00\xff" * 5000 + b"\n",
+        b"PUB t\n\xff\xff\xff\xff",
+        b"X" * 20000,
+        b"IDENTIFY\n\x7f\xff\xff\xff",
+    ]
     for junk in junks:
         bad = await connect(nsqd)
         bad.send(junk)
@@ -338,3 +346,17 @@ async def test_v2_on_the_http_port_gets_http_400(nsqd: NSQD) -> None:
         head = await reader.readline()
     assert head.startswith(b"HTTP/1.") and b" 400 " in head
     writer.close()
+
+
+async def test_peer_that_stops_reading_is_dropped_and_its_messages_return(nsqd: NSQD) -> None:
+    stuck = await connect(nsqd)
+    await stuck.identify(heartbeat_interval=1000)
+    await stuck.sub("t", "c", rdy=100)
+    pub = await connect(nsqd)
+    big = b"x" * (1024 * 1024 - 1)
+    for _ in range(16):  # far more than socket buffers and the transport's high-water mark
+        await pub.pub("t", big)
+    channel = nsqd.broker.topics["t"].channels["c"]
+    await wait_for(lambda: not channel.clients, timeout=10)
+    assert channel.in_flight_count == 0
+    assert channel.depth == 16

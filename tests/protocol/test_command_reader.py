@@ -79,7 +79,9 @@ GOLDEN = [
 
 @pytest.mark.parametrize("feed", FEEDERS)
 @pytest.mark.parametrize(("data", "expected"), GOLDEN)
-def test_golden(feed: Callable[[bytes], list[Command]], data: bytes, expected: list[Command]) -> None:
+def test_golden(
+    feed: Callable[[bytes], list[Command]], data: bytes, expected: list[Command]
+) -> None:
     assert feed(data) == expected
 
 
@@ -159,9 +161,7 @@ def test_large_body_in_chunks_is_assembled_once() -> None:
 
 
 def mpub_payload(bodies: list[bytes]) -> bytes:
-    return struct.pack(">i", len(bodies)) + b"".join(
-        struct.pack(">i", len(b)) + b for b in bodies
-    )
+    return struct.pack(">i", len(bodies)) + b"".join(struct.pack(">i", len(b)) + b for b in bodies)
 
 
 def test_parse_mpub_golden() -> None:
@@ -187,7 +187,11 @@ def test_parse_mpub_golden() -> None:
             "E_BAD_MESSAGE",
             "MPUB message too big 1048577 > 1048576",
         ),
-        (b"\x00\x00\x00\x01\x00\x00\x00\x05ab", "E_BAD_MESSAGE", "MPUB failed to read message body"),
+        (
+            b"\x00\x00\x00\x01\x00\x00\x00\x05ab",
+            "E_BAD_MESSAGE",
+            "MPUB failed to read message body",
+        ),
     ],
 )
 def test_parse_mpub_errors(payload: bytes, code: str, desc: str) -> None:

@@ -78,8 +78,15 @@ def test_invalid_values(field: str, value: int, desc: str) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[]", b'{"heartbeat_interval":"x"}', b'{"tls_v1":1}', b'{"msg_timeout":1.5}',
-     b'{"sample_rate":4294967296}', b'{"client_id":5}'],
+    [
+        b"not json",
+        b"[]",
+        b'{"heartbeat_interval":"x"}',
+        b'{"tls_v1":1}',
+        b'{"msg_timeout":1.5}',
+        b'{"sample_rate":4294967296}',
+        b'{"client_id":5}',
+    ],
 )
 def test_undecodable_bodies(body: bytes) -> None:
     with pytest.raises(ClientError) as info:

@@ -77,6 +77,7 @@ class V2Connection(asyncio.Protocol):
         self._magic = b""
         self._closing = False
         self._last_read = 0.0
+        self._blocked_since = 0.0  # when the transport last stopped taking writes
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._handlers: dict[bytes, Callable[[list[bytes], bytes | None, float], None]] = {
@@ -156,6 +157,7 @@ class V2Connection(asyncio.Protocol):
     # asyncio.Protocol flow-control callbacks:
     def pause_writing(self) -> None:
         self.state.writable = False
+        self._blocked_since = self.loop.time()
 
     def resume_writing(self) -> None:
         self.state.writable = True
@@ -190,6 +192,14 @@ class V2Connection(asyncio.Protocol):
 
     def _heartbeat(self) -> None:
         interval = self.settings.heartbeat_interval / 1000
+        if not self.state.writable and self.loop.time() - self._blocked_since >= interval:
+            # nsqd's write deadline is one heartbeat interval: a peer that stopped reading
+            # that long is dropped (its in-flight messages go back to the channel).
+            log.error("PROTOCOL(V2): [%s] write timeout (peer not reading)", self.remote_address)
+            self._closing = True
+            if self.transport is not None:
+                self.transport.abort()  # close() would wait forever for the peer to read
+            return
         self._send_frame(HEARTBEAT_FRAME)
         self._heartbeat_timer = self.loop.call_later(interval, self._heartbeat)
 
