@@ -54,11 +54,11 @@ async def _no_loop_errors() -> AsyncIterator[None]:
     assert not errors, errors
 
 
-async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:  # noqa: ASYNC109
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll ``predicate`` until true, failing after ``timeout`` seconds.
 
     For state inside the daemon that has no event to wait on (counters, queue depths).
     """
     async with asyncio.timeout(timeout):
         while not predicate():
-            await asyncio.sleep(POLL_INTERVAL)  # noqa: ASYNC110
+            await asyncio.sleep(POLL_INTERVAL)
