@@ -4,8 +4,8 @@ NSQ's daemons and utilities are Go programs, so being CLI-compatible means repro
 ``flag`` package exactly: ``-f v``/``--f=v`` syntax, bare booleans, parsing that stops at the
 first positional argument, Go's error wording, exit status 2 for usage errors and the
 ``Usage of <name>:`` help layout. Values parse with Go's ``strconv`` rules (``0x10``, ``017``
-and ``1_000`` are ints; `` 1`` and ``1.`` are not), which is why small re-implementations of
-``ParseBool``/``ParseInt``/``ParseFloat`` live here too.
+and ``1_000`` are ints, surrounding spaces are errors), which is why small re-implementations
+of ``ParseBool``/``ParseInt``/``ParseFloat`` live here too.
 
 ``FlagSet.resolve`` then merges a parsed TOML config file the way ``mreiferson/go-options``
 v1.0.0 (pinned by NSQ v1.3.0) does: a flag given on the command line beats the config key,

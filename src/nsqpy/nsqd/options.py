@@ -25,6 +25,7 @@ from nsqpy._internal.goflag import (
     exit_fatal,
     format_go_float,
     format_go_value,
+    go_quote,
     parse_go_bool,
 )
 from nsqpy._version import __version__
@@ -93,8 +94,7 @@ def parse_tls_min_version(text: str) -> int | None:
         return None
     version = TLS_VERSIONS.get(lowered)
     if version is None:
-        # Go formats this with %q, which is the only quoting needed for plain names.
-        raise ValueError(f'unknown tlsVersionOption "{lowered}"')
+        raise ValueError(f"unknown tlsVersionOption {go_quote(lowered)}")
     return version
 
 
