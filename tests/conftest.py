@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from nsqpy.nsqd.app import NSQD
 from nsqpy.nsqd.options import NsqdOptions
@@ -15,6 +16,18 @@ from nsqpy.nsqd.options import NsqdOptions
 POLL_INTERVAL = 0.005
 
 NsqdFactory = Callable[..., Awaitable[NSQD]]
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Tests run on uvloop, the daemons' production loop; ``both_loops`` adds asyncio's."""
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "uvloop": uvloop.new_event_loop
+    }
+    if item.get_closest_marker("both_loops") is not None:
+        factories["asyncio"] = asyncio.new_event_loop
+    return factories
 
 
 @pytest.fixture

@@ -13,6 +13,10 @@ from v2client import RawV2
 from nsqpy.nsqd.app import NSQD
 
 
+# The adapter must work on both loops nsqd can run on (uvloop when installed, else asyncio).
+pytestmark = pytest.mark.both_loops
+
+
 async def connect(nsqd: NSQD) -> RawV2:
     return await RawV2.connect(nsqd.tcp_port)
 
