@@ -12,7 +12,6 @@ from v2client import RawV2
 
 from nsqpy.nsqd.app import NSQD
 
-
 # The adapter must work on both loops nsqd can run on (uvloop when installed, else asyncio).
 pytestmark = pytest.mark.both_loops
 
