@@ -292,3 +292,14 @@ def test_guid_unique_and_increasing_even_past_4096_per_tick() -> None:
     assert len(set(ids)) == len(ids)
     assert ids == sorted(ids)
     assert all(len(i) == 16 for i in ids)
+
+
+def test_guid_layout_matches_nsqd() -> None:
+    """((ts - epoch) << 22) | (node << 12) | sequence, as 16 hex digits."""
+    from nsqpy.nsqd.guid import EPOCH, GuidFactory
+
+    now_ns = NOW_NS
+    first, second = GuidFactory(5).new_ids(2, now_ns)
+    expected = ((now_ns >> 20) - EPOCH) << 22 | 5 << 12
+    assert first == b"%016x" % expected
+    assert second == b"%016x" % (expected + 1)

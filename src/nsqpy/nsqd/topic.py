@@ -91,9 +91,19 @@ class Topic:
                 while len(self.queue) > self.mem_queue_size:
                     self.queue.pop()  # nsqd drops ephemeral overflow
             return
-        channels = list(self.channels.values())
-        for msg_id, body in zip(ids, bodies, strict=True):
-            self._fan_out(Message(msg_id, body, ts, defer), channels, now)
+        msgs = [Message(i, b, ts, defer) for i, b in zip(ids, bodies, strict=True)]
+        self._fan_out_many(msgs, now)
+
+    def _fan_out_many(self, msgs: list[Message], now: float) -> None:
+        first = True
+        for channel in list(self.channels.values()):
+            copies = msgs if first else [m.copy() for m in msgs]
+            first = False
+            if msgs[0].deferred:
+                for msg in copies:
+                    channel.put_deferred(msg, now + msg.deferred)
+            else:
+                channel.put_many(copies, now)
 
     def _check_room(self, count: int) -> None:
         if self.ephemeral:
