@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
+from pathlib import Path
 
 import pytest
 from conftest import NsqdFactory, wait_for
@@ -363,3 +364,38 @@ async def test_peer_that_stops_reading_is_dropped_and_its_messages_return(nsqd: 
     await wait_for(lambda: not channel.clients, timeout=10)
     assert channel.in_flight_count == 0
     assert channel.depth == 16
+
+
+async def test_tcp_address_may_be_a_unix_socket(nsqd_factory: NsqdFactory, tmp_path: Path) -> None:
+    path = str(tmp_path / "nsqd.sock")
+    nsqd = await nsqd_factory(tcp_address=path)
+    assert nsqd.tcp_port == -1
+    reader, writer = await asyncio.open_unix_connection(path)
+    conn = RawV2(reader, writer)
+    conn.send(b"  V2")
+    await conn.pub("t", b"over a unix socket")
+    assert nsqd.broker.topics["t"].message_count == 1
+
+
+async def test_ephemeral_channel_and_topic_vanish_with_their_last_client(nsqd: NSQD) -> None:
+    conn = await connect(nsqd)
+    await conn.sub("t#ephemeral", "c#ephemeral", rdy=1)
+    await conn.pub("t#ephemeral", b"x")
+    assert (await conn.message()).body == b"x"
+    assert "t#ephemeral" in nsqd.broker.topics
+    await conn.close()
+    await wait_for(lambda: "t#ephemeral" not in nsqd.broker.topics)
+
+
+async def test_sample_rate_from_identify(nsqd: NSQD) -> None:
+    conn = await connect(nsqd)
+    await conn.identify(feature_negotiation=True, sample_rate=50)
+    await conn.sub("t", "c#ephemeral", rdy=2500)
+    pub = await connect(nsqd)
+    body = b"s"
+    payload = struct.pack(">i", 1000) + (struct.pack(">i", 1) + body) * 1000
+    pub.cmd("MPUB t", payload)
+    assert await pub.response() == b"OK"
+    channel = nsqd.broker.topics["t"].channels["c#ephemeral"]
+    assert 300 < channel.in_flight_count < 700  # about half delivered, the rest dropped
+    assert channel.depth == 0
