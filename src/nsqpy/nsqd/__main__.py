@@ -24,7 +24,6 @@ async def _serve(opts: NsqdOptions) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: loop.create_task(nsqd.stop()))
     await nsqd.wait_stopped()
-    await nsqd.stop()
     return 0
 
 

@@ -30,6 +30,8 @@ log = logging.getLogger("nsqpy.nsqd")
 
 #: nsqd's QueueScanInterval: how often in-flight and deferred timeouts are checked.
 QUEUE_SCAN_INTERVAL: Final = 0.1
+#: Seconds clients get at shutdown to read what was already sent before they are cut off.
+SHUTDOWN_GRACE: Final = 2.0
 _MS: Final = 1_000_000
 
 
@@ -91,10 +93,17 @@ class NSQD:
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_runner: web.AppRunner | None = None
         self._scan_timer: asyncio.TimerHandle | None = None
+        self._stopping: asyncio.Future[None] | None = None
         self._stopped = asyncio.Event()
+        self._all_clients_gone = asyncio.Event()
 
     def next_client_id(self) -> int:
         return next(self._client_ids)
+
+    def client_gone(self, client_id: int) -> None:
+        self.clients.pop(client_id, None)
+        if not self.clients:
+            self._all_clients_gone.set()
 
     # -- output coalescing -----------------------------------------------------------------
     def schedule_flush(self, conn: V2Connection) -> None:
@@ -177,7 +186,9 @@ class NSQD:
             return
         from nsqpy.nsqd.http_api import make_app
 
-        runner = web.AppRunner(make_app(self), access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            make_app(self), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
+        )
         await runner.setup()
         hostport = _split_host_port(address)
         site: web.BaseSite
@@ -211,9 +222,23 @@ class NSQD:
                 conn.close()
 
     async def stop(self) -> None:
-        if self._stopped.is_set():
+        """Stop accepting, close every client, stop HTTP; safe to call more than once.
+
+        Clients get ``SHUTDOWN_GRACE`` seconds to take what is already written to them; a peer
+        that is not reading is then cut off, so shutdown never hangs on a stuck consumer.
+        """
+        if self._stopping is not None:
+            await asyncio.shield(self._stopping)
             return
-        self._stopped.set()
+        self._stopping = self.loop.create_future()
+        try:
+            await self._shutdown()
+        finally:
+            self._stopping.set_result(None)
+            self._stopped.set()
+            log.info("NSQ: bye")
+
+    async def _shutdown(self) -> None:
         if self._scan_timer is not None:
             self._scan_timer.cancel()
         if self._tcp_server is not None:
@@ -222,9 +247,18 @@ class NSQD:
             conn.close()
         if self._http_runner is not None:
             await self._http_runner.cleanup()
+        if self.clients:
+            try:
+                async with asyncio.timeout(SHUTDOWN_GRACE):
+                    await self._all_clients_gone.wait()
+            except TimeoutError:
+                pass
+        for conn in list(self.clients.values()):
+            conn.abort()
+        await asyncio.sleep(0)  # let aborted connections run connection_lost
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
-        log.info("NSQ: bye")
 
     async def wait_stopped(self) -> None:
+        """Return once ``stop`` has completed (e.g. after a signal)."""
         await self._stopped.wait()

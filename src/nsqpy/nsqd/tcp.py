@@ -150,7 +150,7 @@ class V2Connection(asyncio.Protocol):
         for timer in (self._heartbeat_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
-        self.nsqd.clients.pop(self.state.id, None)
+        self.nsqd.client_gone(self.state.id)
         self.nsqd.broker.remove_client(self.state, self.loop.time())
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
 
@@ -196,9 +196,7 @@ class V2Connection(asyncio.Protocol):
             # nsqd's write deadline is one heartbeat interval: a peer that stopped reading
             # that long is dropped (its in-flight messages go back to the channel).
             log.error("PROTOCOL(V2): [%s] write timeout (peer not reading)", self.remote_address)
-            self._closing = True
-            if self.transport is not None:
-                self.transport.abort()  # close() would wait forever for the peer to read
+            self.abort()  # close() would wait forever for the peer to read
             return
         self._send_frame(HEARTBEAT_FRAME)
         self._heartbeat_timer = self.loop.call_later(interval, self._heartbeat)
@@ -213,6 +211,12 @@ class V2Connection(asyncio.Protocol):
 
     def is_closing(self) -> bool:
         return self._closing
+
+    def abort(self) -> None:
+        """Cut the connection now, discarding unsent output (its messages get requeued)."""
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
 
     def close(self) -> None:
         if self._closing:
