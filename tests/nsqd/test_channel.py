@@ -303,3 +303,11 @@ def test_guid_layout_matches_nsqd() -> None:
     expected = ((now_ns >> 20) - EPOCH) << 22 | 5 << 12
     assert first == b"%016x" % expected
     assert second == b"%016x" % (expected + 1)
+
+
+def test_held_messages_keep_their_deferral_when_a_channel_appears() -> None:
+    b = broker()
+    publish(b, "t", b"now")
+    publish(b, "t", b"later", defer=5.0)
+    ch = b.get_channel(b.topics["t"], "c", 0.0)
+    assert ch.depth == 1 and ch.deferred_count == 1 and ch.message_count == 2

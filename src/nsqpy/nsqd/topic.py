@@ -95,15 +95,19 @@ class Topic:
         self._fan_out_many(msgs, now)
 
     def _fan_out_many(self, msgs: list[Message], now: float) -> None:
+        """Give every channel its own copy of ``msgs`` (the first channel gets the originals)."""
         first = True
         for channel in list(self.channels.values()):
             copies = msgs if first else [m.copy() for m in msgs]
             first = False
-            if msgs[0].deferred:
+            immediate = copies
+            if any(m.deferred for m in copies):
+                immediate = [m for m in copies if not m.deferred]
                 for msg in copies:
-                    channel.put_deferred(msg, now + msg.deferred)
-            else:
-                channel.put_many(copies, now)
+                    if msg.deferred:
+                        channel.put_deferred(msg, now + msg.deferred)
+            if immediate:
+                channel.put_many(immediate, now)
 
     def _check_room(self, count: int) -> None:
         if self.ephemeral:
@@ -122,25 +126,13 @@ class Topic:
                     "(--mem-queue-size) and disk overflow is not available"
                 )
 
-    @staticmethod
-    def _fan_out(msg: Message, channels: list[Channel], now: float) -> None:
-        first = True
-        for channel in channels:
-            copy = msg if first else msg.copy()
-            first = False
-            if msg.deferred:
-                channel.put_deferred(copy, now + msg.deferred)
-            else:
-                channel.put(copy, now)
-
     def _release(self, now: float) -> None:
         """Hand held messages to the channels (first channel created, or unpause)."""
         if self.paused or not self.channels:
             return
-        channels = list(self.channels.values())
-        held, self.queue = self.queue, deque()
-        for msg in held:
-            self._fan_out(msg, channels, now)
+        held, self.queue = list(self.queue), deque()
+        if held:
+            self._fan_out_many(held, now)
 
     def pause(self) -> None:
         self.paused = True
