@@ -400,3 +400,19 @@ async def test_sample_rate_from_identify(nsqd: NSQD) -> None:
     channel = nsqd.broker.topics["t"].channels["c#ephemeral"]
     assert 300 < channel.in_flight_count < 700  # about half delivered, the rest dropped
     assert channel.depth == 0
+
+
+async def test_a_burst_of_fins_is_finished_in_order_with_errors(nsqd: NSQD) -> None:
+    conn, pub = await connect(nsqd), await connect(nsqd)
+    await conn.sub("t", "c", rdy=10)
+    for i in range(3):
+        await pub.pub("t", b"%d" % i)
+    msgs = [await conn.message() for _ in range(3)]
+    bogus = b"0000000000000000"
+    conn.send(b"".join(b"FIN " + m.id + b"\n" for m in msgs[:2]) + b"FIN " + bogus + b"\n")
+    assert await conn.error() == b"E_FIN_FAILED FIN 0000000000000000 failed ID not in flight"
+    conn.send(b"FIN " + msgs[2].id + b"\n")
+    channel = nsqd.broker.topics["t"].channels["c"]
+    await wait_for(lambda: channel.in_flight_count == 0)
+    (consumer,) = channel.clients.values()
+    assert consumer.finish_count == 3

@@ -235,3 +235,49 @@ def test_any_split_gives_the_same_commands(parts: list[bytes]) -> None:
     data = b"".join(parts)
     assert feed_whole(data) == feed_byte_by_byte(data)
     assert len(feed_whole(data)) == len(parts)
+
+
+ID_A, ID_B = b"0123456789abcdef", b"fedcba9876543210"
+
+
+def test_take_fins_takes_a_run_of_plain_fins() -> None:
+    r = reader()
+    r.feed(b"FIN " + ID_A + b"\nFIN " + ID_B + b"\nNOP\nFIN " + ID_A + b"\n")
+    assert r.take_fins() == [ID_A, ID_B]
+    assert r.next() == (b"NOP", [b"NOP"], None)
+    assert r.take_fins() == [ID_A]
+    assert r.next() is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"FIN abc\nFIN 0123456789abcdef\n",  # short id: next() must report it
+        b"FIN 0123456789abcde \n",  # a space inside the 16 bytes
+        b"FIN " + ID_A + b"\r\n",
+        b"FIN " + ID_A,  # incomplete
+        b"FIN  " + ID_A + b"\n",
+    ],
+)
+def test_take_fins_leaves_anything_unusual_to_next(data: bytes) -> None:
+    r = reader()
+    r.feed(data)
+    assert r.take_fins() == []
+    expected = reader()
+    expected.feed(data)
+    assert r.next() == expected.next()
+
+
+@given(st.lists(st.sampled_from([b"FIN " + ID_A + b"\n", b"FIN x\n", b"NOP\n", b"RDY 1\n"])))
+def test_take_fins_then_next_sees_every_command_once(parts: list[bytes]) -> None:
+    data = b"".join(parts)
+    r = reader()
+    r.feed(data)
+    seen: list[bytes] = []
+    while True:
+        seen.extend(b"FIN " + i for i in r.take_fins())
+        cmd = r.next()
+        if cmd is None:
+            break
+        seen.append(b" ".join(cmd[1]))
+    assert seen == [p.rstrip(b"\n") for p in parts]

@@ -173,9 +173,23 @@ class Channel:
         if self.paused or not client.writable or client.id not in self.clients:
             return
         queue = self.queue
-        # _send may fill the transport and clear client.writable mid-way.
-        while queue and client.rdy > len(client.in_flight) and client.writable:
-            self._send(client, queue.popleft(), now)
+        in_flight = client.in_flight
+        timeout = client.msg_timeout
+        write = client.write_message
+        # write may fill the transport and clear client.writable mid-way.
+        while queue and client.rdy > len(in_flight) and client.writable:
+            if client.sample_rate:
+                self._send(client, queue.popleft(), now)
+                continue
+            msg = queue.popleft()
+            msg.attempts += 1
+            msg.client = client
+            msg.delivery_ts = now
+            msg.deadline = now + timeout
+            in_flight[msg.id] = msg
+            client.message_count += 1
+            self.in_flight_count += 1
+            write(msg)
         if not client.in_ready and client.rdy > len(client.in_flight):
             client.in_ready = True
             self._ready.append(client)
@@ -206,6 +220,24 @@ class Channel:
         client.finish_count += 1
         if not client.in_ready:
             self.client_ready(client, now)
+
+    def finish_many(
+        self, client: ClientState, ids: list[bytes], now: float
+    ) -> list[tuple[bytes, str]]:
+        """FIN a batch of ids; returns ``(id, reason)`` for each that failed, in order."""
+        in_flight = client.in_flight
+        errors: list[tuple[bytes, str]] = []
+        done = 0
+        for msg_id in ids:
+            if in_flight.pop(msg_id, None) is None:
+                errors.append((msg_id, self._why_not_in_flight(msg_id)))
+            else:
+                done += 1
+        self.in_flight_count -= done
+        client.finish_count += done
+        if done and not client.in_ready:
+            self.client_ready(client, now)
+        return errors
 
     def requeue(self, client: ClientState, msg_id: bytes, delay: float, now: float) -> None:
         msg = self._take(client, msg_id)

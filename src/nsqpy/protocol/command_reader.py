@@ -79,6 +79,31 @@ class CommandReader:
         """Bytes received but not yet consumed by a complete command."""
         return len(self._data) - self._pos + self._chunk_bytes
 
+    def take_fins(self) -> list[bytes]:
+        """Consume consecutive ``FIN <16-byte id>\\n`` lines at the front of the buffer.
+
+        A consumer sends one FIN per message, so FINs dominate its traffic; taking a run of
+        them in one pass lets the broker finish them as a batch. Anything that is not a plain,
+        well-formed FIN (``\\r``, a space in the id, a short id) is left for ``next()``, which
+        reports it exactly as nsqd would.
+        """
+        if self._state != _LINE:
+            return []
+        data, pos = self._data, self._pos
+        end = len(data) - 21
+        ids: list[bytes] = []
+        find = data.find
+        while (
+            pos <= end
+            and data.startswith(b"FIN ", pos)
+            and find(b"\n", pos + 4, pos + 21) == pos + 20
+            and find(b" ", pos + 4, pos + 20) < 0
+        ):
+            ids.append(data[pos + 4 : pos + 20])
+            pos += 21
+        self._pos = pos
+        return ids
+
     def next(self) -> Command | None:
         if self._state == _LINE:
             data, pos = self._data, self._pos
