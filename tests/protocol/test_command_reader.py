@@ -257,6 +257,7 @@ def test_take_fins_takes_a_run_of_plain_fins() -> None:
         b"FIN " + ID_A + b"\r\n",
         b"FIN " + ID_A,  # incomplete
         b"FIN  " + ID_A + b"\n",
+        b"FIN 0123456789abcde\r\n",  # nsqd strips the \r and rejects a 15-byte id
     ],
 )
 def test_take_fins_leaves_anything_unusual_to_next(data: bytes) -> None:
