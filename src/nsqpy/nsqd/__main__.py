@@ -14,6 +14,11 @@ from nsqpy.nsqd.options import NsqdOptions, parse_nsqd_args
 
 async def _serve(opts: NsqdOptions) -> int:
     log = logs.setup("nsqpy.nsqd", opts.log_prefix, opts.log_level)
+    # Handlers first: a signal that arrives while listeners are coming up still stops cleanly.
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_requested.set)
     nsqd = NSQD(opts)
     try:
         await nsqd.start()
@@ -21,10 +26,8 @@ async def _serve(opts: NsqdOptions) -> int:
         log.critical("%s", err)
         await nsqd.stop()
         return 1
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: loop.create_task(nsqd.stop()))
-    await nsqd.wait_stopped()
+    await stop_requested.wait()
+    await nsqd.stop()
     return 0
 
 
