@@ -122,3 +122,11 @@ def test_deflate_level_capped_by_server() -> None:
     assert reply is not None
     assert json.loads(reply)["deflate_level"] == 3
     assert settings.deflate
+
+
+def test_unavailable_deflate_reports_the_default_level() -> None:
+    """Like nsqd with --deflate=false: deflate false and level 6, never false with 3."""
+    _, reply = run({"feature_negotiation": True, "deflate": True, "deflate_level": 3})
+    assert reply is not None
+    data = json.loads(reply)
+    assert (data["deflate"], data["deflate_level"]) == (False, 6)

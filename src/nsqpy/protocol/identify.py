@@ -177,13 +177,13 @@ def negotiate(
         return new, None
     new.tls_v1 = limits.tls_available and new.tls_v1
     new.deflate = limits.deflate_enabled and new.deflate
-    level = new.deflate_level if new.deflate and new.deflate_level > 0 else 6
-    new.deflate_level = min(level, limits.max_deflate_level)
     new.snappy = limits.snappy_enabled and new.snappy
     if new.deflate and new.snappy:
         raise ClientError("E_IDENTIFY_FAILED", "cannot enable both deflate and snappy compression")
     if not limits.compression_available:
-        new.snappy = new.deflate = False
+        new.snappy = new.deflate = False  # answer as nsqd with --snappy=false --deflate=false
+    level = new.deflate_level if new.deflate and new.deflate_level > 0 else 6
+    new.deflate_level = min(level, limits.max_deflate_level)
     reply = {
         "max_rdy_count": limits.max_rdy_count,
         "version": NSQ_VERSION,
