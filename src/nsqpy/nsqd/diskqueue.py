@@ -1,0 +1,798 @@
+"""A disk-backed FIFO of records, file-compatible with go-diskqueue v1.1.0 (nsqd v1.3.0).
+
+Layout
+------
+Everything lives flat in ``data_path``, mode 0600::
+
+    <name>.diskqueue.000000.dat   segment files, numbered upwards (``%06d``)
+    <name>.diskqueue.meta.dat     b"%d\\n%d,%d\\n%d,%d\\n": depth, readFileNum,readPos,
+                                  writeFileNum,writePos
+    <meta>.<random>.tmp           metadata being written; fsynced, then renamed over the meta file
+    <segment>.bad                 a segment set aside as corrupt
+
+A segment is a run of records ``[4-byte big-endian int32 length][payload]``, with no header,
+checksum or padding. A Go nsqd can read what this module writes, and the other way round.
+
+Theory of operation
+-------------------
+The queue is two cursors, ``(writeFileNum, writePos)`` where the next record goes and
+``(readFileNum, readPos)`` where the next unread one starts, plus ``depth``, the number of
+records between them. ``put`` appends a batch with one ``os.write`` per segment it touches; a
+record that would take a non-empty segment past ``max_bytes_per_file`` starts the next one
+(the old one is synced first), so a record bigger than that sits alone in a fresh file.
+``read`` hands out the next record through a buffered reader: a completed segment (one below
+the write segment) is read to its real size, the write segment up to ``writePos``. Once a
+segment is consumed it is deleted.
+
+Nothing here runs on its own: the daemon owns the clock and a worker thread. It asks for a
+``SyncJob`` when ``needs_sync`` (every ``sync_every`` puts and reads) or on a timer when
+``dirty``; the job is a snapshot (metadata bytes plus a duplicate of the write fd) that runs
+on the worker: fsync the data, write the metadata atomically, fsync the directory after a new
+segment was created. Jobs carry a sequence number and a shared fence, so a stale job can
+never overwrite newer metadata, nor bring back metadata that ``empty`` or ``delete`` removed.
+
+With ``track_acks`` a record read is only gone once ``finish(token)`` is called. The metadata
+then records the start of the oldest unfinished record as the read position (and counts
+everything from there in the depth), so a crash or restart replays every unfinished record;
+records finished after it replay too (duplicates, never loss). A segment is deleted only when
+a completed sync (``sync_done``) has recorded a read position past it.
+
+Damage is never raised to the caller. A record length outside ``[26, max_record_size]``, a
+record cut short in a completed segment, or a segment that cannot be opened: the segment is
+renamed ``.bad``, ``on_corruption`` is told, and reading goes on with the next segment (if the
+bad one was the write segment, writing moves on too). When the reader catches up with the
+writer a non-zero depth is reset to 0 (Go's tail check). On open, a write segment longer than
+the metadata says (a crash after writes, before their sync) is left to the reader and new
+writes start a fresh segment; unreadable metadata is set aside as ``.bad`` and the queue is
+rebuilt by scanning the segments present.
+
+Deliberate differences from go-diskqueue: a reader that consumed a segment before the writer
+rolled away from it moves on cleanly instead of calling it corrupt (go-diskqueue #42);
+metadata that is missing while segments exist is recovered like unreadable metadata instead of
+overwriting segment 0; a write segment shorter than ``writePos`` also moves writes on (Go would
+leave a hole); a run of missing segments is skipped in one jump; a torn write after an I/O
+error is truncated; segments left below the read position and stale ``.tmp`` files are
+removed on open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import struct
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from itertools import islice
+from typing import Final, NamedTuple
+
+from nsqpy.nsqd.errors import BrokerError
+
+#: Smallest record nsqd writes: an NSQ message header (timestamp, attempts, id).
+MIN_MSG_SIZE: Final = 26
+_LEN: Final = struct.Struct(">i")
+_READ_CHUNK: Final = 1 << 20
+_META_RE: Final = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n")
+
+
+class DiskQueueError(BrokerError):
+    """A write or sync failed, or a record has an invalid size.
+
+    ``written`` is how many records of the failed ``put`` batch were committed before the
+    failure (they are in the queue and counted in its depth).
+    """
+
+    def __init__(self, message: str, written: int = 0) -> None:
+        super().__init__(message)
+        self.written = written
+
+
+class _Corrupt(Exception):
+    """The current read segment cannot be read any further."""
+
+
+class _Meta(NamedTuple):
+    depth: int
+    read_file: int
+    read_pos: int
+    write_file: int
+    write_pos: int
+
+
+def _parse_meta(text: bytes) -> _Meta | None:
+    match = _META_RE.match(text)
+    if match is None:
+        return None
+    return _Meta(*(int(g) for g in match.groups()))
+
+
+def _format_meta(meta: _Meta) -> bytes:
+    return b"%d\n%d,%d\n%d,%d\n" % meta
+
+
+class _Fence:
+    """Shared by a queue and its jobs: which metadata snapshot may still be written."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.floor = 0  # jobs numbered below this are void (empty/delete happened after them)
+        self.persisted = 0  # number of the newest job whose metadata is on disk
+
+
+class SyncJob:
+    """Built on the loop thread by ``DiskQueue.sync_job()``; ``run()`` goes on a worker thread."""
+
+    def __init__(
+        self,
+        meta_path: str,
+        meta: _Meta,
+        fd: int | None,
+        dir_path: str | None,
+        fence: _Fence,
+        seq: int,
+    ) -> None:
+        self._meta_path = meta_path
+        self._text = _format_meta(meta)
+        self._fd = fd
+        self.dir_path = dir_path
+        self._fence = fence
+        self.seq = seq
+        self.read_file = meta.read_file
+        self.completed = False
+
+    def run(self) -> None:
+        """fsync the data, then write the metadata atomically; raises DiskQueueError."""
+        try:
+            self._fsync_data()
+            self._write_meta()
+            if self.dir_path is not None:
+                _fsync_dir(self.dir_path)
+        except OSError as exc:
+            raise DiskQueueError(f"failed to sync - {exc}") from exc
+        self.completed = True
+
+    def _fsync_data(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def release(self) -> None:
+        """Close the duplicate fd of a job that will never run (``sync_done`` does this)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def _write_meta(self) -> None:
+        fence = self._fence
+        with fence.lock:
+            if self.seq < fence.floor or self.seq <= fence.persisted:
+                return  # voided by empty/delete, or a newer snapshot is already on disk
+            tmp = f"{self._meta_path}.{random.getrandbits(63)}.tmp"
+            try:
+                _write_file_synced(tmp, self._text)
+                os.rename(tmp, self._meta_path)
+            except OSError:
+                _unlink_quietly(tmp)
+                raise
+            fence.persisted = self.seq
+
+
+def _write_file_synced(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    done = os.write(fd, data)
+    if done < len(data):  # short write: rare on regular files; finish (or fail) properly
+        view = memoryview(data)
+        while done < len(data):
+            done += os.write(fd, view[done:])
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class _SegmentReader:
+    """Buffered reading of one segment file, record by record, from a record boundary."""
+
+    def __init__(self, fd: int, pos: int, max_size: int) -> None:
+        self.fd = fd
+        self.pos = pos  # file offset of the next record
+        self.size: int | None = None  # real file size, once the segment is complete
+        self._max_size = max_size
+        self._buf = b""
+        self._off = 0  # index in _buf of the byte at self.pos
+
+    def next(self, limit: int) -> bytes | None:
+        """The record at ``pos``; None when ``pos == limit``; _Corrupt if it is unreadable."""
+        pos = self.pos
+        if pos >= limit:
+            if pos > limit:
+                raise _Corrupt(f"read position {pos} beyond end {limit}")
+            return None
+        buf, off = self._buf, self._off
+        if len(buf) - off < 4:
+            buf, off = self._fill(4, limit)
+        (size,) = _LEN.unpack_from(buf, off)
+        if size < MIN_MSG_SIZE or size > self._max_size:
+            raise _Corrupt(f"invalid message read size ({size})")
+        end = off + 4 + size
+        if len(buf) < end:
+            buf, off = self._fill(4 + size, limit)
+            end = off + 4 + size
+        self._off = end
+        self.pos = pos + 4 + size
+        return buf[off + 4 : end]
+
+    def _fill(self, need: int, limit: int) -> tuple[bytes, int]:
+        """Make ``need`` bytes from ``pos`` available, reading ahead in large chunks."""
+        if self.pos + need > limit:
+            raise _Corrupt(f"truncated record: {need} bytes at {self.pos}, segment ends at {limit}")
+        parts = [self._buf[self._off :]]
+        have = len(parts[0])
+        want = min(max(_READ_CHUNK, need), limit - self.pos)
+        while have < want:
+            chunk = os.pread(self.fd, want - have, self.pos + have)
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        if have < need:
+            raise _Corrupt(f"unexpected EOF: {need} bytes at {self.pos}, file has {have}")
+        self._buf = b"".join(parts)
+        self._off = 0
+        return self._buf, 0
+
+
+def _count_records(path: str, start: int, max_size: int) -> int:
+    """How many whole, valid records follow ``start`` in a segment (stops at damage)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        reader = _SegmentReader(fd, start, max_size)
+        end = os.fstat(fd).st_size
+        count = 0
+        while reader.next(end) is not None:
+            count += 1
+    except (_Corrupt, OSError):
+        pass
+    finally:
+        os.close(fd)
+    return count
+
+
+class DiskQueue:
+    """One named disk queue in ``data_path``; every method runs on the caller's thread."""
+
+    def __init__(
+        self,
+        name: str,
+        data_path: str,
+        *,
+        max_bytes_per_file: int,
+        max_record_size: int,
+        sync_every: int,
+        track_acks: bool = False,
+        log: logging.Logger,
+        on_corruption: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.data_path = data_path
+        self.max_bytes_per_file = max_bytes_per_file
+        self.max_record_size = max_record_size
+        self.sync_every = sync_every
+        self.track_acks = track_acks
+        self._log = log
+        self._on_corruption = on_corruption
+        self._meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
+        self._segment_re = re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.dat")
+        self.depth = 0  # records written and not yet read
+        self._read_file = self._read_pos = self._write_file = self._write_pos = 0
+        self._reader: _SegmentReader | None = None
+        self._write_fd: int | None = None
+        self._count = 0  # puts and reads since the last sync job
+        self._force = False  # a sync is due regardless of the count
+        self._moved = False  # the persisted read position moved (finish)
+        self._new_segment = False  # a segment was created since the last sync job
+        self._fence = _Fence()
+        self._seq = 0
+        self._token = 0
+        self._acks: deque[tuple[int, int, int]] = deque()  # (token, file, pos) read, in order
+        self._unfinished: set[int] = set()
+        self._held: deque[int] = deque()  # consumed segments kept until a sync passes them
+        self._closed = False
+        self._open()
+
+    # -- opening -----------------------------------------------------------------------
+    def _open(self) -> None:
+        segments = self._segments(clean_tmp=True)
+        meta = self._load_meta(segments)
+        self.depth = meta.depth
+        self._read_file, self._read_pos = meta.read_file, meta.read_pos
+        self._write_file, self._write_pos = meta.write_file, meta.write_pos
+        self._salvage_write_file()
+        for num in segments:
+            if num < self._read_file:  # consumed, but its deletion did not happen
+                self._remove_segment(num)
+        self._check_tail()
+
+    def _segments(self, clean_tmp: bool = False) -> list[int]:
+        """Numbers of this queue's segments present (and stale metadata temp files go)."""
+        tmp_prefix = os.path.basename(self._meta_path) + "."
+        segments = []
+        with os.scandir(self.data_path) as entries:
+            for entry in entries:
+                match = self._segment_re.fullmatch(entry.name)
+                if match is not None:
+                    segments.append(int(match.group(1)))
+                elif (
+                    clean_tmp and entry.name.startswith(tmp_prefix) and entry.name.endswith(".tmp")
+                ):
+                    _unlink_quietly(entry.path)
+        return sorted(segments)
+
+    def _load_meta(self, segments: list[int]) -> _Meta:
+        try:
+            with open(self._meta_path, "rb") as f:
+                text = f.read(4096)
+        except FileNotFoundError:
+            text = None
+        except OSError as exc:
+            self._log.error("DISKQUEUE(%s) failed to read metadata - %s", self.name, exc)
+            text = b""
+        meta = _parse_meta(text) if text is not None else None
+        if meta is not None:
+            return meta
+        if text is not None:
+            self._set_meta_aside()
+        elif not segments:
+            return _Meta(0, 0, 0, 0, 0)  # a new queue
+        return self._recover(segments)
+
+    def _set_meta_aside(self) -> None:
+        bad = self._meta_path + ".bad"
+        self._log.error(
+            "DISKQUEUE(%s) unreadable metadata, saving it as %s and scanning segments",
+            self.name,
+            bad,
+        )
+        try:
+            os.replace(self._meta_path, bad)
+        except OSError as exc:
+            self._log.error("DISKQUEUE(%s) failed to rename %s - %s", self.name, bad, exc)
+
+    def _recover(self, segments: list[int]) -> _Meta:
+        """Metadata rebuilt from the segments present: all of them unread, writes after."""
+        if not segments:
+            return _Meta(0, 0, 0, 0, 0)
+        depth = sum(
+            _count_records(self._segment_path(n), 0, self.max_record_size) for n in segments
+        )
+        self._log.warning(
+            "DISKQUEUE(%s) recovered %d records from segments %d..%d without metadata",
+            self.name,
+            depth,
+            segments[0],
+            segments[-1],
+        )
+        self._force = True
+        return _Meta(depth, segments[0], 0, segments[-1] + 1, 0)
+
+    def _salvage_write_file(self) -> None:
+        """After an unclean stop the write segment may not end at writePos: write elsewhere."""
+        path = self._segment_path(self._write_file)
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            size = 0
+        if size == self._write_pos:
+            return
+        self._log.warning(
+            "DISKQUEUE(%s) %s metadata writePos %d %s file size of %d, skipping to new file",
+            self.name,
+            path,
+            self._write_pos,
+            "<" if size > self._write_pos else ">",
+            size,
+        )
+        if size > self._write_pos:  # records written after the last sync: count them in
+            start = self._write_pos
+            if self._read_file == self._write_file:
+                start = max(start, self._read_pos)
+            self.depth += _count_records(path, start, self.max_record_size)
+        self._write_file += 1
+        self._write_pos = 0
+        self._force = True
+
+    # -- writing -----------------------------------------------------------------------
+    def put(self, records: list[bytes]) -> None:
+        """Append ``records`` in order; DiskQueueError (nothing written) on a bad size."""
+        if self._closed:
+            raise DiskQueueError("exiting")
+        self._check_sizes(records)
+        done = 0
+        try:
+            while done < len(records):
+                done = self._put_segment(records, done)
+        except OSError as exc:
+            self._log.error("DISKQUEUE(%s) failed to write - %s", self.name, exc)
+            raise DiskQueueError(str(exc), written=done) from exc
+
+    def _check_sizes(self, records: list[bytes]) -> None:
+        if not records:
+            return
+        sizes = list(map(len, records))
+        if min(sizes) >= MIN_MSG_SIZE and max(sizes) <= self.max_record_size:
+            return
+        bad = next(s for s in sizes if s < MIN_MSG_SIZE or s > self.max_record_size)
+        raise DiskQueueError(
+            f"invalid message write size ({bad}) "
+            f"minMsgSize={MIN_MSG_SIZE} maxMsgSize={self.max_record_size}"
+        )
+
+    def _put_segment(self, records: list[bytes], start: int) -> int:
+        """Write records from ``start`` that fit the current segment; returns the next index."""
+        limit = self.max_bytes_per_file
+        if self._write_pos > 0 and self._write_pos + 4 + len(records[start]) > limit:
+            self._roll()
+        fd = self._write_fd if self._write_fd is not None else self._open_write_file()
+        pos = self._write_pos
+        parts: list[bytes] = []
+        i = start
+        for rec in islice(records, start, None):
+            size = len(rec)
+            if pos > 0 and pos + 4 + size > limit:
+                break
+            parts.append(_LEN.pack(size))
+            parts.append(rec)
+            pos += 4 + size
+            i += 1
+        try:
+            _write_all(fd, b"".join(parts))
+        except OSError:
+            self._drop_write_fd(truncate=True)
+            raise
+        self._write_pos = pos
+        self.depth += i - start
+        self._count += i - start
+        return i
+
+    def _roll(self) -> None:
+        self._write_file += 1
+        self._write_pos = 0
+        try:
+            self.sync_now()  # fsyncs the old segment (the job holds a duplicate of its fd)
+        except DiskQueueError as exc:
+            self._log.error("DISKQUEUE(%s) failed to sync - %s", self.name, exc)
+        self._drop_write_fd()
+
+    def _open_write_file(self) -> int:
+        path = self._segment_path(self._write_file)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size > self._write_pos:
+                os.ftruncate(fd, self._write_pos)  # a torn write left by an earlier failure
+            os.lseek(fd, self._write_pos, os.SEEK_SET)
+        except OSError:
+            os.close(fd)
+            raise
+        if self._write_pos == 0:
+            self._new_segment = True
+        self._write_fd = fd
+        self._log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
+        return fd
+
+    def _drop_write_fd(self, truncate: bool = False) -> None:
+        fd, self._write_fd = self._write_fd, None
+        if fd is None:
+            return
+        try:
+            if truncate:
+                os.ftruncate(fd, self._write_pos)
+        except OSError:
+            pass  # retried when the segment is opened again
+        finally:
+            os.close(fd)
+
+    # -- reading -----------------------------------------------------------------------
+    def read(self) -> tuple[bytes, int] | None:
+        """The next record and its token, or None when everything written has been read."""
+        if self._closed:
+            return None
+        while self._read_file < self._write_file or (
+            self._read_file == self._write_file and self._read_pos < self._write_pos
+        ):  # _has_unread(), inlined on this hot path
+            try:
+                item = self._read_next()
+            except (_Corrupt, OSError) as exc:
+                self._handle_corruption(str(exc))
+                continue
+            if item is not None:
+                return item
+        self._check_tail()
+        return None
+
+    def _has_unread(self) -> bool:
+        if self._read_file != self._write_file:
+            return self._read_file < self._write_file
+        return self._read_pos < self._write_pos
+
+    def _read_next(self) -> tuple[bytes, int] | None:
+        reader = self._reader if self._reader is not None else self._open_reader()
+        completed = self._read_file < self._write_file
+        if completed:
+            if reader.size is None:
+                reader.size = os.fstat(reader.fd).st_size
+            limit = reader.size
+        else:
+            limit = self._write_pos
+        payload = reader.next(limit)
+        if payload is None:  # the end of a completed segment
+            self._next_read_file()
+            return None
+        start = self._read_pos
+        self._read_pos = reader.pos
+        self.depth -= 1
+        self._count += 1
+        self._token = token = self._token + 1
+        if self.track_acks:
+            self._acks.append((token, self._read_file, start))
+            self._unfinished.add(token)
+        if completed and reader.pos >= limit:
+            self._next_read_file()
+        if self._read_file == self._write_file and self._read_pos >= self._write_pos:
+            self._check_tail()
+        return payload, token
+
+    def _open_reader(self) -> _SegmentReader:
+        path = self._segment_path(self._read_file)
+        fd = os.open(path, os.O_RDONLY)
+        self._reader = _SegmentReader(fd, self._read_pos, self.max_record_size)
+        self._log.info("DISKQUEUE(%s): readOne() opened %s", self.name, path)
+        return self._reader
+
+    def _drop_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            os.close(reader.fd)
+
+    def _next_read_file(self) -> None:
+        """The read segment is consumed: move on, and delete it unless acks hold it."""
+        old = self._read_file
+        self._drop_reader()
+        self._read_file += 1
+        self._read_pos = 0
+        self._force = True
+        if self.track_acks:
+            self._held.append(old)
+        else:
+            self._remove_segment(old)
+
+    def finish(self, token: int) -> None:
+        """The record read with ``token`` is done with (only with ``track_acks``)."""
+        unfinished = self._unfinished
+        if token not in unfinished:
+            return
+        unfinished.remove(token)
+        acks = self._acks
+        while acks and acks[0][0] not in unfinished:
+            acks.popleft()
+        self._moved = True
+
+    # -- damage ------------------------------------------------------------------------
+    def _handle_corruption(self, reason: str) -> None:
+        bad = self._segment_path(self._read_file)
+        bad_to = bad + ".bad"
+        self._log.error(
+            "DISKQUEUE(%s) reading at %d of %s - %s", self.name, self._read_pos, bad, reason
+        )
+        self._drop_reader()
+        if self._read_file == self._write_file:
+            self._drop_write_fd()  # the write segment cannot be trusted either
+            self._write_file += 1
+            self._write_pos = 0
+        self._log.warning(
+            "DISKQUEUE(%s) jump to next file and saving bad file as %s", self.name, bad_to
+        )
+        if self._rename_bad(bad, bad_to):
+            self._read_file += 1
+        else:  # missing: skip any run of missing segments at once
+            self._read_file = self._next_present(self._read_file)
+        self._read_pos = 0
+        self._force = True
+        if self._on_corruption is not None:
+            self._on_corruption(
+                f"DISKQUEUE({self.name}) {reason} in {bad}; "
+                f"jump to next file and saving bad file as {bad_to}"
+            )
+        self._check_tail()
+
+    def _rename_bad(self, path: str, to: str) -> bool:
+        """Set a bad segment aside; False if it does not exist."""
+        try:
+            os.rename(path, to)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            self._log.error(
+                "DISKQUEUE(%s) failed to rename bad diskqueue file %s to %s - %s",
+                self.name,
+                path,
+                to,
+                exc,
+            )
+        return True
+
+    def _next_present(self, after: int) -> int:
+        """The first segment present after ``after``, or the write segment."""
+        later = (n for n in self._segments() if after < n < self._write_file)
+        return next(later, self._write_file)
+
+    def _check_tail(self) -> None:
+        """Go's checkTailCorruption: once the reader has caught up, depth must be 0."""
+        if self._has_unread():
+            return
+        if self.depth != 0:
+            kind = "negative" if self.depth < 0 else "positive"
+            cause = "metadata corruption" if self.depth < 0 else "data loss"
+            self._log.error(
+                "DISKQUEUE(%s) %s depth at tail (%d), %s, resetting 0...",
+                self.name,
+                kind,
+                self.depth,
+                cause,
+            )
+            self.depth = 0
+            self._force = True
+        if self._read_file != self._write_file or self._read_pos != self._write_pos:
+            self._log.error(
+                "DISKQUEUE(%s) read position %d,%d > write position %d,%d, corruption, "
+                "skipping to next writeFileNum and resetting 0...",
+                self.name,
+                self._read_file,
+                self._read_pos,
+                self._write_file,
+                self._write_pos,
+            )
+            self._skip_to_next_file()
+            self._force = True
+
+    def _skip_to_next_file(self) -> None:
+        """Delete every segment of this queue and start both cursors on a fresh one."""
+        self._drop_reader()
+        self._drop_write_fd()
+        segments = self._segments()
+        for num in segments:
+            self._remove_segment(num)
+        self._write_file = self._read_file = max(self._read_file, self._write_file, *segments) + 1
+        self._write_pos = self._read_pos = 0
+        self.depth = 0
+        self._acks.clear()
+        self._unfinished.clear()
+        self._held.clear()
+
+    def _remove_segment(self, num: int) -> None:
+        path = self._segment_path(num)
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self._log.error("DISKQUEUE(%s) failed to Remove(%s) - %s", self.name, path, exc)
+
+    # -- syncing -----------------------------------------------------------------------
+    @property
+    def needs_sync(self) -> bool:
+        """``sync_every`` puts and reads since the last job, or a file boundary was crossed."""
+        return self._force or (self._count > 0 and self._count >= self.sync_every)
+
+    @property
+    def dirty(self) -> bool:
+        """Anything written, read or finished since the last sync job."""
+        return self._force or self._moved or self._count > 0
+
+    def sync_job(self) -> SyncJob:
+        """Snapshot the state to persist now; run the job on any thread, then ``sync_done``."""
+        try:
+            fd = os.dup(self._write_fd) if self._write_fd is not None else None
+        except OSError as exc:
+            raise DiskQueueError(f"failed to sync - {exc}") from exc
+        dir_path = self.data_path if self._new_segment else None
+        self._seq += 1
+        job = SyncJob(self._meta_path, self._persisted_meta(), fd, dir_path, self._fence, self._seq)
+        self._count = 0
+        self._force = self._moved = self._new_segment = False
+        return job
+
+    def _persisted_meta(self) -> _Meta:
+        if self._acks:
+            _, read_file, read_pos = self._acks[0]
+            depth = self.depth + len(self._acks)
+        else:
+            read_file, read_pos, depth = self._read_file, self._read_pos, self.depth
+        return _Meta(depth, read_file, read_pos, self._write_file, self._write_pos)
+
+    def sync_done(self, job: SyncJob) -> None:
+        """On the loop thread after ``job.run()`` (whether it worked or raised, or never ran):
+        delete the segments its metadata has passed, or ask for another sync."""
+        job.release()
+        if not job.completed:
+            self._force = True  # try again
+            self._new_segment = self._new_segment or job.dir_path is not None
+            return
+        held = self._held
+        while held and held[0] < job.read_file:
+            self._remove_segment(held.popleft())
+
+    def sync_now(self) -> None:
+        """Sync inline: ``sync_job().run()`` then ``sync_done``."""
+        job = self.sync_job()
+        job.run()
+        self.sync_done(job)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def empty(self) -> None:
+        """Go's Empty: drop everything queued (and outstanding acks); numbering continues."""
+        self._log.info("DISKQUEUE(%s): emptying", self.name)
+        self._skip_to_next_file()
+        with self._fence.lock:
+            self._fence.floor = self._seq + 1
+            try:
+                os.remove(self._meta_path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self._log.error("DISKQUEUE(%s) failed to remove metadata file - %s", self.name, exc)
+        self._count = 0
+        self._force = self._moved = False
+
+    def close(self) -> None:
+        """Sync and close; the queue reopens where it stopped."""
+        if self._closed:
+            return
+        self._log.info("DISKQUEUE(%s): closing", self.name)
+        try:
+            self.sync_now()
+        finally:
+            self._close_files()
+
+    def delete(self) -> None:
+        """Empty and close, leaving no file behind (in-flight jobs included)."""
+        self._log.info("DISKQUEUE(%s): deleting", self.name)
+        self.empty()
+        with self._fence.lock:
+            self._fence.floor = sys.maxsize
+        self._close_files()
+
+    def _close_files(self) -> None:
+        self._closed = True
+        self._drop_reader()
+        self._drop_write_fd()
+
+    def _segment_path(self, num: int) -> str:
+        return os.path.join(self.data_path, f"{self.name}.diskqueue.{num:06d}.dat")
