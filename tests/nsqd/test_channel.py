@@ -171,7 +171,7 @@ def test_empty_drops_queued_in_flight_and_deferred() -> None:
     sink = subscribe(ch, 1)
     ch.put(msg(1), 0.0)
     ch.put(msg(2), 0.0)
-    ch.put_deferred(msg(3), 10.0)
+    ch.put_deferred(msg(3), 10.0, 0.0)
     ch.empty(0.0)
     assert (ch.depth, ch.in_flight_count, ch.deferred_count) == (0, 0, 0)
     assert sink.state.in_flight == {}

@@ -25,6 +25,7 @@ from yarl import URL
 from nsqpy._internal import gojson
 from nsqpy._internal.http_api import QueryParams, clean_path, sniff_content_type
 from nsqpy.nsqd.app import NSQD
+from nsqpy.nsqd.diskqueue import DiskQueueError
 
 JSON_CT = "application/json; charset=utf-8"
 TEXT_CT = "text/plain; charset=utf-8"
@@ -270,14 +271,33 @@ async def test_pub_to_an_exiting_topic_is_503(api: Api, nsqd: NSQD) -> None:
     assert (reply.status, reply.message) == (503, "EXITING")
 
 
-async def test_full_queue_is_500_with_the_reason(new_api: Any) -> None:
+async def test_full_memory_queue_spills_to_disk(new_api: Any) -> None:
     api = await new_api(mem_queue_size=1)
     assert (await api.post("/pub?topic=t", b"1")).status == 200
+    assert (await api.post("/pub?topic=t", b"2")).status == 200
+    assert (await api.post("/mpub?topic=t", b"3\n4")).status == 200
+    topic = api.nsqd.broker.topics["t"]
+    assert (topic.depth, topic.backend_depth) == (4, 3)
+
+
+async def test_disk_write_failure_is_503_and_unhealthy(new_api: Any) -> None:
+    """nsqd answers any failed put with 503 EXITING and reports the error as its health."""
+    api = await new_api(mem_queue_size=0)
+    assert (await api.post("/pub?topic=t", b"1")).status == 200
+    backend = api.nsqd.broker.topics["t"].backend
+    real_put = backend.put
+
+    def failing_put(records: list[bytes]) -> None:
+        raise DiskQueueError("disk on fire")
+
+    backend.put = failing_put
     reply = await api.post("/pub?topic=t", b"2")
-    assert reply.status == 500
-    assert "memory queue is full" in reply.message
-    reply = await api.post("/mpub?topic=t", b"3\n4")
-    assert reply.status == 500 and "memory queue is full" in reply.message
+    assert (reply.status, reply.message) == (503, "EXITING")
+    ping = await api.get("/ping")
+    assert (ping.status, ping.body) == (500, b"NOK - disk on fire")
+    backend.put = real_put
+    assert (await api.post("/pub?topic=t", b"3")).status == 200
+    assert (await api.get("/ping")).body == b"OK"  # nsqd's health follows the last write
 
 
 async def test_pub_and_mpub_are_post_only(api: Api) -> None:

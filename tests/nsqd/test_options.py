@@ -51,6 +51,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "max_bytes_per_file": 104857600,
     "sync_every": 2500,
     "sync_timeout": 2 * SECOND,
+    "durable": False,  # nsqpy's own
     "queue_scan_worker_pool_max": 4,
     "queue_scan_selection_count": 20,
     "msg_timeout": 60 * SECOND,
@@ -151,7 +152,7 @@ def test_cfg_names() -> None:
         "client_timeout",
     }
     assert fields | {"id", "broadcast_address"} == CFG_NAMES
-    assert len(CFG_NAMES) == 49
+    assert len(CFG_NAMES) == 50  # nsqd v1.3.0's 49 and nsqpy's durable
 
 
 # --- command line -----------------------------------------------------------------------------

@@ -71,7 +71,7 @@ def test_counters_come_from_the_domain(broker: Broker) -> None:
     subscribed(broker, "t", "c", consumer, rdy=1)
     publish(broker, "t", b"abc", b"de", b"f")
     chan = broker.topics["t"].channels["c"]
-    chan.put_deferred(Message(b"%016x" % 99, b"later", 0), 1e9)
+    chan.put_deferred(Message(b"%016x" % 99, b"later", 0), 1e9, 0.0)
     snapshot = stats.collect(broker.topics, {1: consumer})
     assert snapshot.topics is not None
     [topic] = snapshot.topics

@@ -12,6 +12,7 @@ from conftest import NsqdFactory, wait_for
 from v2client import RawV2
 
 from nsqpy.nsqd.app import NSQD
+from nsqpy.nsqd.diskqueue import DiskQueueError
 
 # The adapter must work on both loops nsqd can run on (uvloop when installed, else asyncio).
 pytestmark = pytest.mark.both_loops
@@ -308,15 +309,21 @@ async def test_max_channel_consumers(nsqd_factory: NsqdFactory) -> None:
     await fatal(b, b"E_SUB_FAILED SUB failed consumers for t:c exceeds limit of 1")
 
 
-async def test_full_memory_queue_refuses_pub(nsqd_factory: NsqdFactory) -> None:
-    nsqd = await nsqd_factory(mem_queue_size=2)
+async def test_disk_write_failure_is_e_pub_failed(nsqd_factory: NsqdFactory) -> None:
+    nsqd = await nsqd_factory(mem_queue_size=0)
     conn = await connect(nsqd)
     await conn.pub("t", b"1")
-    await conn.pub("t", b"2")
-    conn.cmd("PUB t", b"3")
-    err = await conn.error()
-    assert err.startswith(b"E_PUB_FAILED PUB failed ")
-    assert nsqd.broker.topics["t"].depth == 2
+    backend = nsqd.broker.topics["t"].backend
+    assert backend is not None
+
+    def failing_put(records: list[bytes]) -> None:
+        raise DiskQueueError("disk on fire")
+
+    backend.put = failing_put  # type: ignore[method-assign]
+    conn.cmd("PUB t", b"2")
+    assert await conn.error() == b"E_PUB_FAILED PUB failed disk on fire"
+    assert nsqd.health == "NOK - disk on fire"
+    assert nsqd.broker.topics["t"].depth == 1
 
 
 async def test_garbage_never_hurts_other_clients(nsqd: NSQD) -> None:

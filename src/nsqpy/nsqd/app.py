@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Final
 from aiohttp import web
 
 from nsqpy._version import __version__
+from nsqpy.nsqd import metadata
 from nsqpy.nsqd.broker import Broker, BrokerConfig
+from nsqpy.nsqd.diskqueue import DiskQueue
+from nsqpy.nsqd.persistence import DiskStore
 from nsqpy.nsqd.tcp import V2Connection
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.identify import ServerLimits
@@ -60,14 +63,32 @@ class NSQD:
     def __init__(self, opts: NsqdOptions) -> None:
         self.opts = opts
         self.loop = asyncio.get_running_loop()
+        self.data_path = opts.data_path or os.getcwd()
+        self.store = DiskStore(
+            self.loop,
+            self.data_path,
+            max_bytes_per_file=opts.max_bytes_per_file,
+            max_msg_size=opts.max_msg_size,
+            sync_every=opts.sync_every,
+            sync_timeout=opts.sync_timeout / 1e9,
+            durable=opts.durable,
+            set_health=self._set_health,
+        )
         self.broker = Broker(
             BrokerConfig(
                 node_id=opts.node_id,
                 mem_queue_size=opts.mem_queue_size,
                 max_msg_timeout=opts.max_msg_timeout / 1e9,
                 max_channel_consumers=opts.max_channel_consumers,
-            )
+            ),
+            backends=self.store.open_queue,
+            hooks=self.store,
         )
+        self.broker.listeners.append(self._on_change)
+        self._lock = metadata.DataPathLock(self.data_path)
+        self._restoring = False
+        self._persist_scheduled = False
+        self._pump_scheduled = False
         self.limits = ServerLimits(
             max_heartbeat_interval=opts.max_heartbeat_interval // _MS,
             max_output_buffer_size=opts.max_output_buffer_size,
@@ -161,11 +182,71 @@ class NSQD:
         self.check_options()
         log.info("nsqd v%s (built w/nsqpy-%s)", NSQ_VERSION, __version__)
         log.info("ID: %d", self.opts.node_id)
-        data_path = self.opts.data_path or os.getcwd()
-        os.makedirs(data_path, exist_ok=True)
+        os.makedirs(self.data_path, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except metadata.MetadataError as err:
+            raise StartupError(str(err)) from err
+        self._restore()
+        self.store.start()
         await self._start_tcp()
         await self._start_http()
         self._scan_timer = self.loop.call_later(QUEUE_SCAN_INTERVAL, self._queue_scan)
+        self._schedule_pump()
+
+    def _restore(self) -> None:
+        path = os.path.join(self.data_path, metadata.FILE_NAME)
+        log.info("NSQ: persisting topic/channel metadata to %s", path)
+        self._restoring = True
+        try:
+            self.broker.restore(metadata.load(self.data_path), self.loop.time())
+        finally:
+            self._restoring = False
+        self.persist_metadata()
+
+    # -- metadata and backlog ------------------------------------------------------------
+    def _on_change(self, event: str, topic: str, channel: str) -> None:
+        if self._restoring:
+            return
+        self.schedule_persist()
+        if event == "channel_created":
+            self._schedule_pump()
+
+    def schedule_persist(self) -> None:
+        """Write nsqd.dat at the end of this loop iteration (once, however many changes)."""
+        if not self._persist_scheduled:
+            self._persist_scheduled = True
+            self.loop.call_soon(self.persist_metadata)
+
+    def persist_metadata(self) -> None:
+        self._persist_scheduled = False
+        try:
+            metadata.persist(self.data_path, self.broker.metadata())
+        except metadata.MetadataError as err:
+            log.error("%s", err)
+        self._schedule_pump()  # an unpause may have released a topic's disk backlog
+
+    def _schedule_pump(self) -> None:
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self.loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Move topics' disk backlogs to their channels, a batch per topic per iteration."""
+        self._pump_scheduled = False
+        now = self.loop.time()
+        more = False
+        for topic in list(self.broker.topics.values()):
+            if topic.pump(now):
+                more = True
+        if more:
+            self._schedule_pump()
+
+    def _set_health(self, health: str) -> None:
+        if health != self.health:
+            if health != "OK":
+                log.error("health: %s", health)
+            self.health = health
 
     async def _start_tcp(self) -> None:
         address = self.opts.tcp_address
@@ -258,11 +339,30 @@ class NSQD:
                     await self._all_clients_gone.wait()
             except TimeoutError:
                 pass
+        now = self.loop.time()
         for conn in list(self.clients.values()):
             conn.abort()
+            self.broker.remove_client(conn.state, now)  # its messages go back before the flush
         await asyncio.sleep(0)  # let aborted connections run connection_lost
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
+        await self._persist_everything()
+
+    async def _persist_everything(self) -> None:
+        """Clean shutdown: nsqd.dat, then every memory, in-flight and deferred message to disk."""
+        if not self._lock.held:
+            return  # never started: nothing of ours is on disk
+        self.persist_metadata()
+        now = self.loop.time()
+        written = 0
+        for topic in self.broker.topics.values():
+            for channel in topic.channels.values():
+                written += channel.flush(now)
+            written += topic.flush()
+        queues = [q for q in self.broker.backends_in_use() if isinstance(q, DiskQueue)]
+        await self.store.close(queues)
+        log.info("NSQ: wrote %d messages to disk, closed %d queues", written, len(queues))
+        self._lock.release()
 
     async def wait_stopped(self) -> None:
         """Return once ``stop`` has completed (e.g. after a signal)."""

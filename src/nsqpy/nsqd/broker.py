@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from nsqpy.nsqd.backend import Backend, DiskHooks
 from nsqpy.nsqd.channel import Channel
 from nsqpy.nsqd.client import ClientState
 from nsqpy.nsqd.guid import GuidFactory
+from nsqpy.nsqd.metadata import ChannelMeta, TopicMeta
 from nsqpy.nsqd.topic import Topic
+from nsqpy.protocol.names import is_ephemeral
 
 #: event name, topic name, channel name ("" for topic events)
 Listener = Callable[[str, str, str], None]
+#: Opens the disk queue for a topic (``name``) or channel (``topic:channel``).
+BackendFactory = Callable[[str], Backend]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +35,16 @@ class BrokerConfig:
 class Broker:
     """Topics, channels and their lifecycle."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        backends: BackendFactory | None = None,
+        hooks: DiskHooks | None = None,
+    ) -> None:
         self.config = config
+        self.backends = backends
+        self.hooks = hooks or DiskHooks()
         self.topics: dict[str, Topic] = {}
         self.guid = GuidFactory(config.node_id)
         self.listeners: list[Listener] = []
@@ -44,11 +57,15 @@ class Broker:
         topic = self.topics.get(name)
         if topic is None:
             cfg = self.config
+            disk = self.backends if not is_ephemeral(name) else None
             topic = Topic(
                 name,
                 mem_queue_size=cfg.mem_queue_size,
                 max_msg_timeout=cfg.max_msg_timeout,
                 max_channel_consumers=cfg.max_channel_consumers,
+                backend=disk(name) if disk is not None else None,
+                channel_backend=disk,
+                hooks=self.hooks,
             )
             self.topics[name] = topic
             self._notify("topic_created", name)
@@ -70,6 +87,8 @@ class Broker:
         for channel_name in list(topic.channels):
             clients.extend(self._drop_channel(topic, channel_name))
         topic.empty()
+        if topic.backend is not None:
+            topic.backend.delete()
         self._notify("topic_deleted", name)
         return clients
 
@@ -84,6 +103,8 @@ class Broker:
         if channel is None:
             return []
         clients = list(channel.clients.values())
+        if channel.backend is not None:
+            channel.backend.delete()
         self._notify("channel_deleted", topic.name, name)
         return clients
 
@@ -105,3 +126,37 @@ class Broker:
     def process_timeouts(self, now: float) -> None:
         for channel in list(self.channels()):
             channel.process(now)
+
+    def metadata(self) -> list[TopicMeta]:
+        """What nsqd.dat records: every topic and channel with its paused flag."""
+        return [
+            TopicMeta(
+                t.name,
+                t.paused,
+                [ChannelMeta(c.name, c.paused) for c in sorted(t.channels.values(), key=_name)],
+            )
+            for t in sorted(self.topics.values(), key=_name)
+        ]
+
+    def restore(self, topics: list[TopicMeta], now: float) -> None:
+        """Recreate topics and channels (with their paused flags) from nsqd.dat."""
+        for meta in topics:
+            topic = self.get_topic(meta.name)
+            if meta.paused:
+                topic.pause()
+            for chan in meta.channels:
+                channel = self.get_channel(topic, chan.name, now)
+                if chan.paused:
+                    channel.pause()
+
+    def backends_in_use(self) -> list[Backend]:
+        found: list[Backend] = []
+        for topic in self.topics.values():
+            if topic.backend is not None:
+                found.append(topic.backend)
+            found.extend(c.backend for c in topic.channels.values() if c.backend is not None)
+        return found
+
+
+def _name(obj: Topic | Channel) -> str:
+    return obj.name

@@ -12,19 +12,36 @@ closed is dropped when it reaches the front.
 In-flight messages live in their client's ordered dict; deferred ones in a heap by due time.
 ``process(now)`` expires both; the daemon calls it on a short tick with the loop's clock,
 tests call it with any clock they like.
+
+Disk
+----
+With a backend (every channel but ``#ephemeral`` ones, when nsqd has a data path), messages
+that do not fit in ``mem_queue_size`` go to disk, and once anything is on disk new messages go
+there too until it drains, so the channel stays first-in first-out. Delivery takes the memory
+queue first, then reads the disk. In durable mode every message goes to disk and a record is
+only finished on the backend when its message is FINished (``msg.token``), so whatever was
+queued, in flight or deferred at a crash is read again on restart.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 import random
+import time
 from collections import deque
+from collections.abc import Callable
 from itertools import count
 
+from nsqpy.nsqd import records
+from nsqpy.nsqd.backend import Backend, DiskHooks
 from nsqpy.nsqd.client import STATE_CLOSING, ClientState
-from nsqpy.nsqd.errors import Exiting, InFlightError, TooManyConsumers
+from nsqpy.nsqd.errors import BrokerError, Exiting, InFlightError, TooManyConsumers
 from nsqpy.nsqd.message import Message
 from nsqpy.protocol.names import is_ephemeral
+
+log = logging.getLogger("nsqpy.nsqd")
+_NO_DISK = DiskHooks()
 
 
 class Channel:
@@ -38,6 +55,9 @@ class Channel:
         mem_queue_size: int,
         max_msg_timeout: float,
         max_consumers: int = 0,
+        backend: Backend | None = None,
+        hooks: DiskHooks = _NO_DISK,
+        wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.topic_name = topic_name
         self.name = name
@@ -53,6 +73,10 @@ class Channel:
         self.requeue_count = 0
         self.timeout_count = 0
         self.in_flight_count = 0
+        self.backend = backend
+        self.hooks = hooks
+        self.durable = hooks.durable and backend is not None
+        self.wall_ns = wall_ns
         self._ready: deque[ClientState] = deque()
         self._deferred: list[tuple[float, int, Message]] = []
         self._seq = count()
@@ -60,7 +84,11 @@ class Channel:
     # -- stats -------------------------------------------------------------------------
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        return len(self.queue) + self.backend_depth
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
 
     @property
     def deferred_count(self) -> int:
@@ -69,18 +97,23 @@ class Channel:
     # -- putting messages in -----------------------------------------------------------
     def room(self) -> int:
         """How many more messages the channel can take now without dropping any."""
+        if self.backend is not None:
+            return 1 << 62  # overflow goes to disk
         room = self.mem_queue_size - len(self.queue)
         if not self.queue and not self.paused:
             room += sum(max(c.rdy - len(c.in_flight), 0) for c in self.clients.values())
         return room
 
     def put(self, msg: Message, now: float) -> None:
-        self.message_count += 1
-        self._put(msg, now)
+        self.put_many([msg], now)
 
     def put_many(self, msgs: list[Message], now: float) -> None:
         """``put`` for a batch: the publish hot path, with delivery inlined."""
         self.message_count += len(msgs)
+        if self.durable:
+            self._write(msgs)
+            self._pour_all(now)
+            return
         ready = self._ready
         count = len(msgs)
         i = 0
@@ -105,15 +138,50 @@ class Channel:
             i += 1
             ready.rotate(-1)
         if i < count:
-            rest = msgs[i:] if i else msgs
-            if self.ephemeral:
-                for msg in rest:
-                    self._put(msg, now)  # keeps the ephemeral memory bound
-            else:
-                self.queue.extend(rest)
+            self._store(msgs[i:] if i else msgs, now)
 
-    def put_deferred(self, msg: Message, due: float) -> None:
+    def _store(self, msgs: list[Message], now: float) -> None:
+        """Queue messages no client can take now: memory while it has room, else disk."""
+        if self.ephemeral:
+            for msg in msgs:
+                self._put(msg, now)  # keeps the ephemeral memory bound
+            return
+        backend = self.backend
+        if backend is None:
+            self.queue.extend(msgs)
+            return
+        room = self.mem_queue_size - len(self.queue) if not backend.depth else 0
+        if room >= len(msgs):
+            self.queue.extend(msgs)
+            return
+        if room > 0:
+            self.queue.extend(msgs[:room])
+            msgs = msgs[room:]
+        self._write(msgs)
+
+    def _write(self, msgs: list[Message], due_ns: int = 0) -> None:
+        backend = self.backend
+        assert backend is not None
+        encode = records.encode
+        batch = [
+            encode(m.timestamp, m.attempts, m.id, m.body, due_ns or self._due_ns(m)) for m in msgs
+        ]
+        try:
+            backend.put(batch)
+        except BrokerError as err:
+            self.hooks.write_failed(err)
+            raise
+        self.hooks.wrote(backend)
+
+    def _due_ns(self, msg: Message) -> int:
+        return msg.timestamp + int(msg.deferred * 1e9) if msg.deferred else 0
+
+    def put_deferred(self, msg: Message, due: float, now: float) -> None:
         self.message_count += 1
+        if self.durable:
+            self._write([msg])  # read back into the deferred heap, keeping its disk record
+            self._pour_all(now)
+            return
         heapq.heappush(self._deferred, (due, next(self._seq), msg))
 
     def _put(self, msg: Message, now: float) -> None:
@@ -133,7 +201,8 @@ class Channel:
     def _send(self, client: ClientState, msg: Message, now: float) -> None:
         # put_many and client_ready inline this body on their hot paths: change all three.
         if client.sample_rate and random.randrange(100) > client.sample_rate:
-            return  # sampled out: taken off the queue and dropped, as nsqd does
+            self._forget(msg)  # sampled out: taken off the queue and dropped, as nsqd does
+            return
         msg.attempts += 1
         msg.client = client
         msg.delivery_ts = now
@@ -142,6 +211,54 @@ class Channel:
         client.message_count += 1
         self.in_flight_count += 1
         client.write_message(msg)
+
+    def _forget(self, msg: Message) -> None:
+        """The message is done with (FIN, sampled out): release its disk record."""
+        if msg.token >= 0 and self.backend is not None:
+            self.backend.finish(msg.token)
+
+    def _next_queued(self, now: float) -> Message | None:
+        """The oldest queued message: memory first, then disk (deferred records are parked)."""
+        if self.queue:
+            return self.queue.popleft()
+        backend = self.backend
+        while backend is not None and backend.depth:
+            item = backend.read()
+            if item is None:
+                return None
+            data, token = item
+            try:
+                rec = records.decode(data)
+            except ValueError as err:
+                log.error("channel %s:%s skipping bad record - %s", self.topic_name, self.name, err)
+                backend.finish(token)
+                continue
+            msg = Message(rec.id, rec.body, rec.timestamp)
+            msg.attempts = rec.attempts
+            if self.durable:
+                msg.token = token
+            if rec.due_ns:
+                remaining = (rec.due_ns - self.wall_ns()) / 1e9
+                if remaining > 0:
+                    heapq.heappush(self._deferred, (now + remaining, next(self._seq), msg))
+                    continue
+            return msg
+        return None
+
+    def _pour_all(self, now: float) -> None:
+        """Hand queued messages to ready clients, round-robin (after writes to disk)."""
+        ready = self._ready
+        while ready and not self.paused and (self.queue or self.backend_depth):
+            client = ready[0]
+            if client.rdy <= len(client.in_flight) or not client.writable:
+                ready.popleft()
+                client.in_ready = False
+                continue
+            msg = self._next_queued(now)
+            if msg is None:
+                return
+            self._send(client, msg, now)
+            ready.rotate(-1)
 
     # -- clients -----------------------------------------------------------------------
     def add_client(self, client: ClientState) -> None:
@@ -181,13 +298,22 @@ class Channel:
         in_flight = client.in_flight
         timeout = client.msg_timeout
         write = client.write_message
+        backend = self.backend
         # write may fill the transport and clear client.writable mid-way.
-        while queue and client.rdy > len(in_flight) and client.writable:
+        while client.rdy > len(in_flight) and client.writable:
+            if queue:
+                msg = queue.popleft()
+            elif backend is not None and backend.depth:
+                next_msg = self._next_queued(now)
+                if next_msg is None:
+                    break
+                msg = next_msg
+            else:
+                break
             if client.sample_rate:
-                self._send(client, queue.popleft(), now)
+                self._send(client, msg, now)
                 continue
-            msg = queue.popleft()  # _send inlined: once per delivered message
-            msg.attempts += 1
+            msg.attempts += 1  # _send inlined: once per delivered message
             msg.client = client
             msg.delivery_ts = now
             msg.deadline = now + timeout
@@ -221,7 +347,7 @@ class Channel:
         return "ID not in flight"
 
     def finish(self, client: ClientState, msg_id: bytes, now: float) -> None:
-        self._take(client, msg_id)
+        self._forget(self._take(client, msg_id))
         client.finish_count += 1
         if not client.in_ready:
             self.client_ready(client, now)
@@ -234,10 +360,13 @@ class Channel:
         errors: list[tuple[bytes, str]] = []
         done = 0
         for msg_id in ids:
-            if in_flight.pop(msg_id, None) is None:
+            msg = in_flight.pop(msg_id, None)
+            if msg is None:
                 errors.append((msg_id, self._why_not_in_flight(msg_id)))
-            else:
-                done += 1
+                continue
+            done += 1
+            if msg.token >= 0:
+                self._forget(msg)
         self.in_flight_count -= done
         client.finish_count += done
         if done and not client.in_ready:
@@ -323,13 +452,31 @@ class Channel:
             client.in_flight.clear()
             client.capped.clear()
         self.in_flight_count = 0
+        if self.backend is not None:
+            self.backend.empty()
         for client in list(self.clients.values()):
             self.client_ready(client, now)
 
-    def drain_messages(self) -> list[Message]:
-        """Everything the channel holds (queued, in flight, deferred), for persistence."""
+    def flush(self, now: float) -> int:
+        """Clean shutdown: write queued, in-flight and deferred messages to disk.
+
+        Deferred messages keep their due time (nsqd loses it). In durable mode everything is
+        on disk already. Returns how many messages were written.
+        """
+        backend = self.backend
+        if backend is None or self.durable:
+            return 0
         held = list(self.queue)
         for client in self.clients.values():
             held.extend(client.in_flight.values())
-        held.extend(entry[2] for entry in self._deferred)
-        return held
+        wall = self.wall_ns()
+        batch = [records.encode(m.timestamp, m.attempts, m.id, m.body) for m in held]
+        batch.extend(
+            records.encode(m.timestamp, m.attempts, m.id, m.body, wall + int((due - now) * 1e9))
+            for due, _, m in self._deferred
+        )
+        if batch:
+            backend.put(batch)
+        self.queue.clear()
+        self._deferred.clear()
+        return len(batch)

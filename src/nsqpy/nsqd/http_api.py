@@ -8,6 +8,7 @@ snapshot and its renderings in ``nsqpy.nsqd.stats``. Params come only from the q
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -177,6 +178,21 @@ class NsqdHttpApi:
         }
 
     # -- publishing ---------------------------------------------------------------------------
+    async def _committed(self) -> None:
+        """Durable mode: answer only once the publish is fsynced (shares the group commit)."""
+        store = self.nsqd.store
+        if not store.durable:
+            return
+        done: asyncio.Future[bool] = self.nsqd.loop.create_future()
+
+        def committed(ok: bool) -> None:
+            if not done.done():  # the request may have been cancelled meanwhile
+                done.set_result(ok)
+
+        store.after_commit(committed)
+        if not await done:
+            raise ApiError(500, "INTERNAL_ERROR")
+
     def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> None:
         broker = self.nsqd.broker
         now_ns = time.time_ns()
@@ -216,6 +232,7 @@ class NsqdHttpApi:
         query, topic = self._topic_from_query(request)
         defer_ns = self._defer_ns(query)
         self._put(topic, [body], defer_ns)
+        await self._committed()
         return "OK"
 
     async def mpub(self, request: web.Request, params: Params) -> object:
@@ -234,6 +251,7 @@ class NsqdHttpApi:
         else:
             bodies = await self._text_bodies(request)
         self._put(topic, bodies)
+        await self._committed()
         return "OK"
 
     async def _binary_bodies(self, request: web.Request) -> list[bytes]:
@@ -287,11 +305,13 @@ class NsqdHttpApi:
     async def topic_pause(self, request: web.Request, params: Params) -> object:
         topic = self._get_existing_topic(self._existing_topic_name(request))
         topic.pause()
+        self.nsqd.persist_metadata()  # nsqd writes nsqd.dat at once on pause/unpause
         return None
 
     async def topic_unpause(self, request: web.Request, params: Params) -> object:
         topic = self._get_existing_topic(self._existing_topic_name(request))
         topic.unpause(self._now())
+        self.nsqd.persist_metadata()
         return None
 
     # -- channels -----------------------------------------------------------------------------
@@ -314,10 +334,12 @@ class NsqdHttpApi:
 
     async def channel_pause(self, request: web.Request, params: Params) -> object:
         self._existing_channel(request).pause()
+        self.nsqd.persist_metadata()
         return None
 
     async def channel_unpause(self, request: web.Request, params: Params) -> object:
         self._existing_channel(request).unpause(self._now())
+        self.nsqd.persist_metadata()
         return None
 
     # -- stats --------------------------------------------------------------------------------

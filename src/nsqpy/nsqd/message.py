@@ -25,6 +25,7 @@ class Message:
         "delivery_ts",
         "id",
         "timestamp",
+        "token",
     )
 
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, deferred: float = 0.0) -> None:
@@ -36,6 +37,7 @@ class Message:
         self.client: ClientState | None = None
         self.deadline = 0.0
         self.delivery_ts = 0.0
+        self.token = -1  # durable mode: the disk record to finish on FIN
 
     def copy(self) -> Message:
         """A fresh copy for another channel: same id, body, timestamp and deferral."""

@@ -133,6 +133,8 @@ class NsqdOptions:
     max_bytes_per_file: int = 100 * 1024 * 1024
     sync_every: int = 2500
     sync_timeout: int = 2 * SECOND
+    #: nsqpy only: OK a publish once it is fsynced, keep each message on disk until FIN.
+    durable: bool = False
     queue_scan_worker_pool_max: int = 4
     queue_scan_selection_count: int = 20
     # messages and commands
@@ -285,6 +287,13 @@ def _add_queue_flags(fs: FlagSet, d: NsqdOptions) -> None:
     )
     fs.add_int("sync-every", d.sync_every, "number of messages per diskqueue fsync")
     fs.add_duration("sync-timeout", d.sync_timeout, "duration of time per diskqueue fsync")
+    fs.add_bool(
+        "durable",
+        d.durable,
+        "(nsqpy) answer PUB/MPUB/DPUB only once the messages are fsynced (group commit) and "
+        "keep every message on disk until it is FINished, so a crash loses no acknowledged "
+        "message",
+    )
     fs.add_int(
         "queue-scan-worker-pool-max",
         d.queue_scan_worker_pool_max,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
 
@@ -53,6 +54,15 @@ def _invalid(desc: str) -> ClientError:
     return ClientError("E_INVALID", desc)
 
 
+class _Pending:
+    """A durable publish's reply, known once its group commit completes."""
+
+    __slots__ = ("frame",)
+
+    def __init__(self) -> None:
+        self.frame: bytes | None = None
+
+
 class V2Connection(asyncio.Protocol):
     """One client connection."""
 
@@ -73,6 +83,8 @@ class V2Connection(asyncio.Protocol):
         self.remote_ip = ""
         self.pub_counts: dict[str, int] = {}
         self._out = bytearray()
+        # Replies queued behind a durable publish still waiting for its fsync (keeps order).
+        self._held: deque[bytes | _Pending] | None = None
         self.flush_pending = False
         self._magic = b""
         self._closing = False
@@ -235,8 +247,43 @@ class V2Connection(asyncio.Protocol):
 
     # -- output -------------------------------------------------------------------------
     def _send_frame(self, frame: bytes) -> None:
+        if self._held is not None:
+            self._held.append(frame)
+            return
         self._out += frame
         if not self.flush_pending:
+            self.nsqd.schedule_flush(self)
+
+    def _reply_after_commit(self, cmd: str) -> None:
+        """Durable mode: OK once the messages are fsynced; later replies wait behind it."""
+        pending = _Pending()
+        if self._held is None:
+            self._held = deque()
+        self._held.append(pending)
+
+        def committed(ok: bool) -> None:
+            if ok:
+                pending.frame = OK_FRAME
+            else:
+                pending.frame = encode_error(f"E_{cmd}_FAILED {cmd} failed to sync".encode())
+            self._release_held()
+            if not ok:
+                self.close()
+
+        self.nsqd.store.after_commit(committed)
+
+    def _release_held(self) -> None:
+        held = self._held
+        while held:
+            head = held[0]
+            if isinstance(head, _Pending):
+                if head.frame is None:
+                    return
+                head = head.frame
+            held.popleft()
+            self._out += head
+        self._held = None
+        if self._out and not self.flush_pending:
             self.nsqd.schedule_flush(self)
 
     def _write_message(self, msg: Message) -> None:
@@ -304,11 +351,21 @@ class V2Connection(asyncio.Protocol):
             topic.accept(len(bodies))
         except BrokerError as err:
             raise ClientError(f"E_{cmd}_FAILED", f"{cmd} failed {err}") from err
-        # OK goes out before any delivery this publish causes on this same connection.
-        self._send_frame(OK_FRAME)
+        durable = nsqd.store.durable
+        mark = len(self._out)
+        if not durable:
+            # OK goes out before any delivery this publish causes on this same connection.
+            self._send_frame(OK_FRAME)
         now_ns = time.time_ns()
         ids = nsqd.broker.guid.new_ids(len(bodies), now_ns)
-        topic.put_accepted(bodies, ids, now_ns, nsqd.loop.time(), defer)
+        try:
+            topic.put_accepted(bodies, ids, now_ns, nsqd.loop.time(), defer)
+        except BrokerError as err:  # a disk write failed
+            if self._out[mark : mark + len(OK_FRAME)] == OK_FRAME:
+                del self._out[mark : mark + len(OK_FRAME)]  # take the OK back
+            raise ClientError(f"E_{cmd}_FAILED", f"{cmd} failed {err}") from err
+        if durable:
+            self._reply_after_commit(cmd)
         self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + len(bodies)
 
     def _pub(self, params: list[bytes], body: bytes | None, now: float) -> None:

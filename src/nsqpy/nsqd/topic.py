@@ -1,18 +1,29 @@
 """A topic: fans every message out to all of its channels.
 
 With no channel (or while paused) a topic holds its messages itself, so the first channel
-created gets everything published before it (nsqd does the same; see NSQ issue #1520).
+created gets everything published before it (nsqd does the same; see NSQ issue #1520). Held
+messages stay in memory up to ``mem_queue_size`` and then go to the topic's own disk queue;
+a disk backlog is handed to the channels in bounded batches by ``pump`` (the daemon calls it
+until it reports nothing left), so a large backlog never stalls the event loop.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from nsqpy.nsqd import records
+from nsqpy.nsqd.backend import Backend, DiskHooks
 from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.errors import Exiting, QueueFull
+from nsqpy.nsqd.errors import BrokerError, Exiting, QueueFull
 from nsqpy.nsqd.message import Message
 from nsqpy.protocol.names import is_ephemeral
+
+_NO_DISK = DiskHooks()
+ChannelBackendFactory = Callable[[str], "Backend | None"]
+#: Messages moved from a topic's disk backlog to its channels per ``pump`` call.
+PUMP_BATCH = 2000
 
 
 class Topic:
@@ -25,12 +36,21 @@ class Topic:
         mem_queue_size: int,
         max_msg_timeout: float,
         max_channel_consumers: int = 0,
+        backend: Backend | None = None,
+        channel_backend: ChannelBackendFactory | None = None,
+        hooks: DiskHooks = _NO_DISK,
+        wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.name = name
         self.ephemeral = is_ephemeral(name)
         self.mem_queue_size = mem_queue_size
         self.max_msg_timeout = max_msg_timeout
         self.max_channel_consumers = max_channel_consumers
+        self.backend = backend
+        self.channel_backend = channel_backend
+        self.hooks = hooks
+        self.durable = hooks.durable and backend is not None
+        self.wall_ns = wall_ns
         self.channels: dict[str, Channel] = {}
         self.queue: deque[Message] = deque()
         self.paused = False
@@ -40,19 +60,34 @@ class Topic:
 
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        return len(self.queue) + self.backend_depth
+
+    @property
+    def backend_depth(self) -> int:
+        return self.backend.depth if self.backend is not None else 0
+
+    @property
+    def holding(self) -> bool:
+        """Messages are kept at the topic (no channel yet, or paused)."""
+        return not self.channels or self.paused
 
     def get_channel(self, name: str, now: float) -> tuple[Channel, bool]:
         """The channel called ``name``, created if absent; True when it was created."""
         channel = self.channels.get(name)
         if channel is not None:
             return channel, False
+        backend = None
+        if self.channel_backend is not None and not is_ephemeral(name):
+            backend = self.channel_backend(f"{self.name}:{name}")
         channel = Channel(
             self.name,
             name,
             mem_queue_size=self.mem_queue_size,
             max_msg_timeout=self.max_msg_timeout,
             max_consumers=self.max_channel_consumers,
+            backend=backend,
+            hooks=self.hooks,
+            wall_ns=self.wall_ns,
         )
         self.channels[name] = channel
         if len(self.channels) == 1:
@@ -75,7 +110,7 @@ class Topic:
     def put(
         self, bodies: Sequence[bytes], ids: Sequence[bytes], ts: int, now: float, defer: float = 0.0
     ) -> None:
-        """Publish messages; all are accepted, or none (QueueFull, Exiting)."""
+        """Publish messages; all are accepted, or none (QueueFull, Exiting, disk errors)."""
         self.accept(len(bodies))
         self.put_accepted(bodies, ids, ts, now, defer)
 
@@ -85,18 +120,65 @@ class Topic:
         """Publish messages that ``accept`` has just cleared."""
         self.message_count += len(bodies)
         self.message_bytes += sum(map(len, bodies))
-        if not self.channels or self.paused:
-            self.queue.extend(Message(i, b, ts, defer) for i, b in zip(ids, bodies, strict=True))
-            if self.ephemeral:
-                while len(self.queue) > self.mem_queue_size:
-                    self.queue.pop()  # nsqd drops ephemeral overflow
-            return
         msgs = [Message(i, b, ts, defer) for i, b in zip(ids, bodies, strict=True)]
+        if self.holding:
+            self._hold(msgs)
+            return
         self._fan_out_many(msgs, now)
+
+    def _hold(self, msgs: list[Message]) -> None:
+        queue = self.queue
+        if self.ephemeral:
+            queue.extend(msgs)
+            while len(queue) > self.mem_queue_size:
+                queue.pop()  # nsqd drops ephemeral overflow
+            return
+        backend = self.backend
+        if backend is None:
+            queue.extend(msgs)
+            return
+        room = 0 if self.durable or backend.depth else self.mem_queue_size - len(queue)
+        if room >= len(msgs):
+            queue.extend(msgs)
+            return
+        if room > 0:
+            queue.extend(msgs[:room])
+            msgs = msgs[room:]
+        batch = [
+            records.encode(m.timestamp, m.attempts, m.id, m.body, self._due_ns(m)) for m in msgs
+        ]
+        try:
+            backend.put(batch)
+        except BrokerError as err:
+            self.hooks.write_failed(err)
+            raise
+        self.hooks.wrote(backend)
+
+    @staticmethod
+    def _due_ns(msg: Message) -> int:
+        return msg.timestamp + int(msg.deferred * 1e9) if msg.deferred else 0
+
+    def _check_room(self, count: int) -> None:
+        if self.ephemeral:
+            return
+        if self.holding:
+            if self.backend is None and len(self.queue) + count > self.mem_queue_size:
+                raise QueueFull(
+                    f"topic {self.name} holds {len(self.queue)} messages: memory queue is full "
+                    "(--mem-queue-size) and there is no disk queue"
+                )
+            return
+        for channel in self.channels.values():
+            if not channel.ephemeral and channel.room() < count:
+                raise QueueFull(
+                    f"channel {self.name}:{channel.name} memory queue is full "
+                    "(--mem-queue-size) and there is no disk queue"
+                )
 
     def _fan_out_many(self, msgs: list[Message], now: float) -> None:
         """Give every channel its own copy of ``msgs`` (the first channel gets the originals)."""
         first = True
+        wall = self.wall_ns()
         for channel in list(self.channels.values()):
             copies = msgs if first else [m.copy() for m in msgs]
             first = False
@@ -104,35 +186,53 @@ class Topic:
             if any(m.deferred for m in copies):
                 immediate = [m for m in copies if not m.deferred]
                 for msg in copies:
-                    if msg.deferred:
-                        channel.put_deferred(msg, now + msg.deferred)
+                    if msg.deferred:  # due is absolute: publish time + the requested delay
+                        channel.put_deferred(msg, now + (self._due_ns(msg) - wall) / 1e9, now)
             if immediate:
                 channel.put_many(immediate, now)
 
-    def _check_room(self, count: int) -> None:
-        if self.ephemeral:
-            return
-        if not self.channels or self.paused:
-            if len(self.queue) + count > self.mem_queue_size:
-                raise QueueFull(
-                    f"topic {self.name} holds {len(self.queue)} messages: memory queue is full "
-                    "(--mem-queue-size) and disk overflow is not available"
-                )
-            return
-        for channel in self.channels.values():
-            if not channel.ephemeral and channel.room() < count:
-                raise QueueFull(
-                    f"channel {self.name}:{channel.name} memory queue is full "
-                    "(--mem-queue-size) and disk overflow is not available"
-                )
-
     def _release(self, now: float) -> None:
-        """Hand held messages to the channels (first channel created, or unpause)."""
-        if self.paused or not self.channels:
+        """Hand held memory messages to the channels; ``pump`` moves any disk backlog."""
+        if self.holding:
             return
         held, self.queue = list(self.queue), deque()
         if held:
             self._fan_out_many(held, now)
+
+    def pump(self, now: float, limit: int = PUMP_BATCH) -> bool:
+        """Move up to ``limit`` messages from the disk backlog to the channels.
+
+        Returns True while more remain. In durable mode the topic's records are finished only
+        once the channels' copies are committed.
+        """
+        backend = self.backend
+        if self.holding or backend is None or not backend.depth:
+            return False
+        msgs: list[Message] = []
+        tokens: list[int] = []
+        while len(msgs) < limit and (item := backend.read()) is not None:
+            data, token = item
+            tokens.append(token)
+            try:
+                rec = records.decode(data)
+            except ValueError:
+                continue
+            msg = Message(rec.id, rec.body, rec.timestamp)
+            msg.attempts = rec.attempts
+            if rec.due_ns:
+                msg.deferred = (rec.due_ns - rec.timestamp) / 1e9  # the publisher's delay
+            msgs.append(msg)
+        if msgs:
+            self._fan_out_many(msgs, now)
+        self.hooks.wrote(backend)
+        if self.durable:
+            self.hooks.after_commit(lambda ok: self._finish(tokens) if ok else None)
+        return bool(backend.depth)
+
+    def _finish(self, tokens: list[int]) -> None:
+        if self.backend is not None:
+            for token in tokens:
+                self.backend.finish(token)
 
     def pause(self) -> None:
         self.paused = True
@@ -143,3 +243,17 @@ class Topic:
 
     def empty(self) -> None:
         self.queue.clear()
+        if self.backend is not None:
+            self.backend.empty()
+
+    def flush(self) -> int:
+        """Clean shutdown: write held memory messages to disk; returns how many."""
+        if self.backend is None or self.durable or not self.queue:
+            return 0
+        batch = [
+            records.encode(m.timestamp, m.attempts, m.id, m.body, self._due_ns(m))
+            for m in self.queue
+        ]
+        self.backend.put(batch)
+        self.queue.clear()
+        return len(batch)

@@ -1,0 +1,44 @@
+"""What topics and channels need from a disk queue, and how they report writes.
+
+``Backend`` is the part of :class:`nsqpy.nsqd.diskqueue.DiskQueue` the domain uses, so the
+domain can be tested with any stand-in. ``DiskHooks`` is how a domain object tells the daemon
+that a backend has new data to sync, and asks to run something once everything written so far
+is on stable storage (durable mode's group commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+
+class Backend(Protocol):
+    @property
+    def depth(self) -> int: ...
+
+    def put(self, records: list[bytes]) -> None: ...
+
+    def read(self) -> tuple[bytes, int] | None: ...
+
+    def finish(self, token: int) -> None: ...
+
+    def empty(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def delete(self) -> None: ...
+
+
+class DiskHooks:
+    """No disk at all: nothing to sync, commits complete at once (tests, ephemeral)."""
+
+    durable = False
+
+    def wrote(self, backend: Backend) -> None:
+        return None
+
+    def after_commit(self, callback: Callable[[bool], None]) -> None:
+        callback(True)
+
+    def write_failed(self, error: Exception) -> None:
+        return None

@@ -1,0 +1,41 @@
+"""Disk records: NSQ's plain payload, and nsqpy's extension for deferred messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from nsqpy.nsqd.records import decode, encode
+
+
+def test_plain_record_is_nsqs_payload_byte_for_byte() -> None:
+    data = encode(0x0102030405060708, 3, b"0123456789abcdef", b"body")
+    assert data == (
+        b"\x01\x02\x03\x04\x05\x06\x07\x08"  # timestamp
+        b"\x00\x03"  # attempts
+        b"0123456789abcdef"
+        b"body"
+    )
+
+
+def test_nsq_written_record_decodes() -> None:
+    raw = b"\x17\x9a\x00\x00\x00\x00\x00\x01\x00\x01" + b"a" * 16 + b"hello"
+    rec = decode(raw)
+    assert (rec.timestamp, rec.attempts, rec.id, rec.body, rec.due_ns) == (
+        0x179A000000000001,
+        1,
+        b"a" * 16,
+        b"hello",
+        0,
+    )
+
+
+def test_deferred_record_round_trip_and_layout() -> None:
+    data = encode(5, 1, b"b" * 16, b"later", due_ns=1_700_000_000_000_000_000)
+    assert data[:8] == b"\xffnsqpyD\x01"
+    assert data[8:16] == (1_700_000_000_000_000_000).to_bytes(8, "big")
+    assert decode(data) == (5, 1, b"b" * 16, b"later", 1_700_000_000_000_000_000)
+
+
+def test_too_short() -> None:
+    with pytest.raises(ValueError, match="invalid message buffer size"):
+        decode(b"\x00" * 25)
