@@ -232,3 +232,18 @@ async def test_opens_an_nsqd_data_directory_and_delivers_everything(daemons: Dae
     assert sorted(got) == sorted(
         [b"chan-%d" % i for i in range(2, 6)] + [b"topic-%d" % i for i in range(3)]
     )
+
+
+async def test_stats_report_disk_depth(daemons: Daemons) -> None:
+    import aiohttp
+
+    nsqd = await daemons.start(mem_queue_size=4)
+    nsqd.broker.get_channel(nsqd.broker.get_topic("t"), "c", 0.0)
+    await publish(nsqd, "t", BODIES[:10])
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{nsqd.http_port}/stats?format=json&topic=t") as resp,
+    ):
+        (topic,) = (await resp.json())["topics"]
+    (channel,) = topic["channels"]
+    assert (channel["depth"], channel["backend_depth"]) == (10, 6)

@@ -59,15 +59,7 @@ class ClientView(Protocol):
     def pub_counts(self) -> dict[str, int]: ...
 
 
-# -- the hooks the persistence and e2e work will fill in ------------------------------------------
-
-
-def backend_depth(owner: Topic | Channel) -> int:
-    """Messages of ``owner`` in its disk queue. There is no disk queue yet, so 0.
-
-    Every ``backend_depth`` and the disk share of every ``depth`` in /stats come from here.
-    """
-    return 0
+# -- the hook the e2e latency work will fill in ---------------------------------------------------
 
 
 def e2e_latency(owner: Topic | Channel) -> E2eResult:
@@ -288,11 +280,10 @@ def _channel_stats(
             for client_id in channel.clients
             if (conn := connections.get(client_id)) is not None
         ]
-    backend = backend_depth(channel)
     return ChannelStats(
         channel_name=channel.name,
-        depth=channel.depth + backend,
-        backend_depth=backend,
+        depth=channel.depth,  # memory + disk, as nsqd counts it
+        backend_depth=channel.backend_depth,
         in_flight_count=channel.in_flight_count,
         deferred_count=channel.deferred_count,
         message_count=channel.message_count,
@@ -306,12 +297,11 @@ def _channel_stats(
 
 
 def _topic_stats(topic: Topic, channels: list[ChannelStats]) -> TopicStats:
-    backend = backend_depth(topic)
     return TopicStats(
         topic_name=topic.name,
         channels=channels,
-        depth=topic.depth + backend,
-        backend_depth=backend,
+        depth=topic.depth,
+        backend_depth=topic.backend_depth,
         message_count=topic.message_count,
         message_bytes=topic.message_bytes,
         paused=topic.paused,
