@@ -247,3 +247,43 @@ async def test_stats_report_disk_depth(daemons: Daemons) -> None:
         (topic,) = (await resp.json())["topics"]
     (channel,) = topic["channels"]
     assert (channel["depth"], channel["backend_depth"]) == (10, 6)
+
+
+# -- durable mode ---------------------------------------------------------------------------
+async def test_durable_ok_means_on_disk_and_unfinished_messages_come_back(
+    daemons: Daemons,
+) -> None:
+    nsqd = await daemons.start(durable=True)
+    nsqd.broker.get_channel(nsqd.broker.get_topic("t"), "c", 0.0)
+    await publish(nsqd, "t", BODIES[:10])  # returns once OK: the records are already on disk
+    segment = daemons.data_path / "t:c.diskqueue.000000.dat"
+    assert segment.stat().st_size == sum(4 + 26 + len(b) for b in BODIES[:10])
+
+    conn = await RawV2.connect(nsqd.tcp_port)
+    await conn.sub("t", "c", rdy=10)
+    got = [await conn.message() for _ in range(10)]
+    for msg in got[:6]:
+        conn.cmd(f"FIN {msg.id.decode()}")
+    channel = nsqd.broker.topics["t"].channels["c"]
+    await wait_for(lambda: channel.in_flight_count == 4)
+    await daemons.stop(nsqd)
+
+    nsqd = await daemons.start(durable=True)
+    assert sorted(await consume(nsqd, "t", "c", 4)) == sorted(m.body for m in got[6:])
+
+
+async def test_durable_publishers_share_commits_and_replies_stay_in_order(
+    daemons: Daemons,
+) -> None:
+    nsqd = await daemons.start(durable=True)
+    conns = [await RawV2.connect(nsqd.tcp_port) for _ in range(4)]
+    for i, conn in enumerate(conns):
+        conn.cmd("PUB t", b"p%d" % i)
+        conn.cmd("NOP")
+        conn.cmd("PUB t", b"q%d" % i)
+        conn.cmd("PUB bad!", b"x")  # fatal: its error must come after both OKs
+    for conn in conns:
+        assert await conn.response() == b"OK"
+        assert await conn.response() == b"OK"
+        assert await conn.error() == b'E_BAD_TOPIC PUB topic name "bad!" is not valid'
+    assert nsqd.broker.topics["t"].depth == 8

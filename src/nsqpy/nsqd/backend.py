@@ -37,6 +37,10 @@ class DiskHooks:
     def wrote(self, backend: Backend) -> None:
         return None
 
+    def touched(self, backend: Backend) -> None:
+        """Records were read or finished: the positions need syncing, nothing waits on it."""
+        return None
+
     def after_commit(self, callback: Callable[[bool], None]) -> None:
         callback(True)
 

@@ -216,6 +216,7 @@ class Channel:
         """The message is done with (FIN, sampled out): release its disk record."""
         if msg.token >= 0 and self.backend is not None:
             self.backend.finish(msg.token)
+            self.hooks.touched(self.backend)
 
     def _next_queued(self, now: float) -> Message | None:
         """The oldest queued message: memory first, then disk (deferred records are parked)."""
@@ -227,6 +228,7 @@ class Channel:
             if item is None:
                 return None
             data, token = item
+            self.hooks.touched(backend)
             try:
                 rec = records.decode(data)
             except ValueError as err:

@@ -78,6 +78,13 @@ class DiskStore(DiskHooks):
         if self.durable or backend.needs_sync:
             self._kick()
 
+    def touched(self, backend: Backend) -> None:
+        if not isinstance(backend, DiskQueue):
+            return
+        self._dirty[id(backend)] = backend
+        if backend.needs_sync:
+            self._kick()
+
     def after_commit(self, callback: Commit) -> None:
         self._waiting.append(callback)
         self._kick()

@@ -241,6 +241,8 @@ class V2Connection(asyncio.Protocol):
         if self._closing:
             return
         self._closing = True
+        if self._held is not None:
+            return  # replies still wait for a commit: _release_held closes after sending them
         self.flush()
         if self.transport is not None:
             self.transport.close()
@@ -266,9 +268,9 @@ class V2Connection(asyncio.Protocol):
                 pending.frame = OK_FRAME
             else:
                 pending.frame = encode_error(f"E_{cmd}_FAILED {cmd} failed to sync".encode())
-            self._release_held()
             if not ok:
-                self.close()
+                self._closing = True  # a failed commit is fatal, after the replies before it
+            self._release_held()
 
         self.nsqd.store.after_commit(committed)
 
@@ -283,7 +285,11 @@ class V2Connection(asyncio.Protocol):
             held.popleft()
             self._out += head
         self._held = None
-        if self._out and not self.flush_pending:
+        if self._closing:
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()
+        elif self._out and not self.flush_pending:
             self.nsqd.schedule_flush(self)
 
     def _write_message(self, msg: Message) -> None:

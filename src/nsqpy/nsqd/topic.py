@@ -224,7 +224,7 @@ class Topic:
             msgs.append(msg)
         if msgs:
             self._fan_out_many(msgs, now)
-        self.hooks.wrote(backend)
+        self.hooks.touched(backend)
         if self.durable:
             self.hooks.after_commit(lambda ok: self._finish(tokens) if ok else None)
         return bool(backend.depth)
