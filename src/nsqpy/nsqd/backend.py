@@ -9,7 +9,13 @@ is on stable storage (durable mode's group commit).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from nsqpy.nsqd import records
+from nsqpy.nsqd.errors import BrokerError
+
+if TYPE_CHECKING:
+    from nsqpy.nsqd.message import Message
 
 
 class Backend(Protocol):
@@ -46,3 +52,15 @@ class DiskHooks:
 
     def write_failed(self, error: Exception) -> None:
         return None
+
+
+def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Message]) -> None:
+    """Append ``msgs`` to ``backend`` as one batch and report the write (or its failure)."""
+    encode = records.encode
+    batch = [encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns()) for m in msgs]
+    try:
+        backend.put(batch)
+    except BrokerError as err:
+        hooks.write_failed(err)
+        raise
+    hooks.wrote(backend)

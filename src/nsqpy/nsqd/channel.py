@@ -34,9 +34,9 @@ from collections.abc import Callable
 from itertools import count
 
 from nsqpy.nsqd import records
-from nsqpy.nsqd.backend import Backend, DiskHooks
+from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.client import STATE_CLOSING, ClientState
-from nsqpy.nsqd.errors import BrokerError, Exiting, InFlightError, TooManyConsumers
+from nsqpy.nsqd.errors import Exiting, InFlightError, TooManyConsumers
 from nsqpy.nsqd.message import Message
 from nsqpy.protocol.names import is_ephemeral
 
@@ -159,22 +159,9 @@ class Channel:
             msgs = msgs[room:]
         self._write(msgs)
 
-    def _write(self, msgs: list[Message], due_ns: int = 0) -> None:
-        backend = self.backend
-        assert backend is not None
-        encode = records.encode
-        batch = [
-            encode(m.timestamp, m.attempts, m.id, m.body, due_ns or self._due_ns(m)) for m in msgs
-        ]
-        try:
-            backend.put(batch)
-        except BrokerError as err:
-            self.hooks.write_failed(err)
-            raise
-        self.hooks.wrote(backend)
-
-    def _due_ns(self, msg: Message) -> int:
-        return msg.timestamp + int(msg.deferred * 1e9) if msg.deferred else 0
+    def _write(self, msgs: list[Message]) -> None:
+        assert self.backend is not None
+        write_messages(self.backend, self.hooks, msgs)
 
     def put_deferred(self, msg: Message, due: float, now: float) -> None:
         self.message_count += 1

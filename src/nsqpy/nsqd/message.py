@@ -39,6 +39,10 @@ class Message:
         self.delivery_ts = 0.0
         self.token = -1  # durable mode: the disk record to finish on FIN
 
+    def due_ns(self) -> int:
+        """Wall-clock unix ns when a deferred message is due (publish time + delay); else 0."""
+        return self.timestamp + int(self.deferred * 1e9) if self.deferred else 0
+
     def copy(self) -> Message:
         """A fresh copy for another channel: same id, body, timestamp and deferral."""
         return Message(self.id, self.body, self.timestamp, self.deferred)

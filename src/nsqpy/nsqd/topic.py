@@ -14,9 +14,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from nsqpy.nsqd import records
-from nsqpy.nsqd.backend import Backend, DiskHooks
+from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.errors import BrokerError, Exiting, QueueFull
+from nsqpy.nsqd.errors import Exiting, QueueFull
 from nsqpy.nsqd.message import Message
 from nsqpy.protocol.names import is_ephemeral
 
@@ -144,19 +144,7 @@ class Topic:
         if room > 0:
             queue.extend(msgs[:room])
             msgs = msgs[room:]
-        batch = [
-            records.encode(m.timestamp, m.attempts, m.id, m.body, self._due_ns(m)) for m in msgs
-        ]
-        try:
-            backend.put(batch)
-        except BrokerError as err:
-            self.hooks.write_failed(err)
-            raise
-        self.hooks.wrote(backend)
-
-    @staticmethod
-    def _due_ns(msg: Message) -> int:
-        return msg.timestamp + int(msg.deferred * 1e9) if msg.deferred else 0
+        write_messages(backend, self.hooks, msgs)
 
     def _check_room(self, count: int) -> None:
         if self.ephemeral:
@@ -187,7 +175,7 @@ class Topic:
                 immediate = [m for m in copies if not m.deferred]
                 for msg in copies:
                     if msg.deferred:  # due is absolute: publish time + the requested delay
-                        channel.put_deferred(msg, now + (self._due_ns(msg) - wall) / 1e9, now)
+                        channel.put_deferred(msg, now + (msg.due_ns() - wall) / 1e9, now)
             if immediate:
                 channel.put_many(immediate, now)
 
@@ -250,10 +238,7 @@ class Topic:
         """Clean shutdown: write held memory messages to disk; returns how many."""
         if self.backend is None or self.durable or not self.queue:
             return 0
-        batch = [
-            records.encode(m.timestamp, m.attempts, m.id, m.body, self._due_ns(m))
-            for m in self.queue
-        ]
-        self.backend.put(batch)
+        count = len(self.queue)
+        write_messages(self.backend, self.hooks, list(self.queue))
         self.queue.clear()
-        return len(batch)
+        return count
