@@ -287,3 +287,27 @@ async def test_durable_publishers_share_commits_and_replies_stay_in_order(
         assert await conn.response() == b"OK"
         assert await conn.error() == b'E_BAD_TOPIC PUB topic name "bad!" is not valid'
     assert nsqd.broker.topics["t"].depth == 8
+
+
+async def test_durable_clean_stop_keeps_req_delays_and_attempts(daemons: Daemons) -> None:
+    nsqd = await daemons.start(durable=True)
+    nsqd.broker.get_channel(nsqd.broker.get_topic("t"), "c", 0.0)
+    await publish(nsqd, "t", [b"a", b"b"])
+    conn = await RawV2.connect(nsqd.tcp_port)
+    await conn.sub("t", "c", rdy=10)
+    msgs = {m.body: m for m in [await conn.message(), await conn.message()]}
+    loop = asyncio.get_running_loop()
+    requeued_at = loop.time()
+    conn.cmd(f"REQ {msgs[b'a'].id.decode()} 1500")
+    channel = nsqd.broker.topics["t"].channels["c"]
+    await wait_for(lambda: channel.deferred_count == 1)
+    await daemons.stop(nsqd)
+
+    nsqd = await daemons.start(durable=True)
+    conn = await RawV2.connect(nsqd.tcp_port)
+    await conn.sub("t", "c", rdy=10)
+    first = await conn.message()
+    assert (first.body, first.attempts) == (b"b", 2)  # delivered once before the stop
+    second = await conn.message()
+    assert (second.body, second.attempts) == (b"a", 2)
+    assert loop.time() - requeued_at >= 1.5 - 0.01

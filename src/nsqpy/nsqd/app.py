@@ -172,11 +172,6 @@ class NSQD:
         for flag, what in inactive.items():
             if values[flag]:
                 log.warning("%s given but %s is not active yet in nsqpy", flag, what)
-        if opts.mem_queue_size == 0:
-            log.warning(
-                "--mem-queue-size=0 means every message on disk, and nsqpy has no disk queue "
-                "yet: a publish is refused unless a consumer can take it at once"
-            )
 
     async def start(self) -> None:
         self.check_options()

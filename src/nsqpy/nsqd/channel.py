@@ -449,23 +449,28 @@ class Channel:
     def flush(self, now: float) -> int:
         """Clean shutdown: write queued, in-flight and deferred messages to disk.
 
-        Deferred messages keep their due time (nsqd loses it). In durable mode everything is
-        on disk already. Returns how many messages were written.
+        They are written with their attempts and, for deferred ones, their due time (nsqd loses
+        it). In durable mode they are on disk already, but as the records first written; new
+        records carry what changed since (attempts, a REQ delay) and the old ones are finished.
+        The queue's sync writes the data before the metadata, so a crash in between replays the
+        old records instead of losing anything. Returns how many messages were written.
         """
         backend = self.backend
-        if backend is None or self.durable:
+        if backend is None:
             return 0
         held = list(self.queue)
         for client in self.clients.values():
             held.extend(client.in_flight.values())
         wall = self.wall_ns()
         batch = [records.encode(m.timestamp, m.attempts, m.id, m.body) for m in held]
+        deferred = [(wall + int((due - now) * 1e9), m) for due, _, m in self._deferred]
         batch.extend(
-            records.encode(m.timestamp, m.attempts, m.id, m.body, wall + int((due - now) * 1e9))
-            for due, _, m in self._deferred
+            records.encode(m.timestamp, m.attempts, m.id, m.body, due_ns) for due_ns, m in deferred
         )
         if batch:
             backend.put(batch)
+        for msg in held + [m for _, m in deferred]:
+            self._forget(msg)
         self.queue.clear()
         self._deferred.clear()
         return len(batch)
