@@ -1,10 +1,17 @@
 """Benchmark runner: start a broker, drive the bench.sh scenarios against it, record the results.
 
     python -m benchmarks.run [--scenario pub|sub|pubsub|all] [--runfor 5s] [--nsqd-cmd "..."]
+    python -m benchmarks.run --mode memory|disk|durable [--writer-connections 8]
+    python -m benchmarks.run --suite [--repeat 3]        # every mode x scenario, one table
     python -m benchmarks.run --sink                     # the generators' own ceiling
     python -m benchmarks.run --nsqd-tcp-address 127.0.0.1:4150 --nsqd-http-address 127.0.0.1:4151
 
-Scenarios (all with --connections writer and reader processes):
+Broker modes: memory (--mem-queue-size=1000000, as in bench.sh), disk (--mem-queue-size=0: every
+message goes through the disk queue, default sync) and durable (--mem-queue-size=0 --durable:
+publishes are answered after fsync, group commit). Each broker gets a fresh --data-path that is
+removed afterwards.
+
+Scenarios (with --writer-connections writer and --connections reader processes):
 - pub:    writers MPUB into a topic whose channel already exists, so every message is queued.
 - sub:    readers drain what pub left behind (pub runs first when only sub is asked for).
 - pubsub: writers and readers at once on a fresh topic; msgs/s in and out.
@@ -24,6 +31,7 @@ import platform
 import queue
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_reader, bench_writer, wire
+from benchmarks import bench_reader, bench_writer, suite, wire
 from benchmarks.common import (
     WORKER_GRACE_S,
     Summary,
@@ -54,6 +62,16 @@ _LISTENING = re.compile(r"\b(TCP|HTTP): listening on (\S+):(\d+)")
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 # How long a SUB-only reader waits for more messages before deciding the backlog is drained.
 DRAIN_IDLE_S = 1.0
+# The broker's --mem-queue-size and extra flags per --mode.
+MODES: dict[str, tuple[int, tuple[str, ...]]] = {
+    "memory": (1_000_000, ()),
+    "disk": (0, ()),
+    "durable": (0, ("--durable",)),
+}
+# Refuse to start a broker when the data path's file system has less room than this.
+MIN_FREE_BYTES = 5 * 1024**3
+# Broker log lines worth keeping beyond the rolling tail.
+_NOTABLE = re.compile(r"\b(WARNING|WARN|ERROR|FATAL|CRITICAL)\b|Traceback")
 
 
 # --- the broker process --------------------------------------------------------------------------
@@ -66,6 +84,7 @@ class Broker:
         self.cmd = cmd
         self.want_http = want_http
         self.tail: deque[str] = deque(maxlen=50)
+        self.notable: deque[str] = deque(maxlen=50)
         self._found: queue.Queue[tuple[str, str]] = queue.Queue()
         env = dict(os.environ)
         # Let `python -m nsqpy.nsqd` work from a checkout that is not pip-installed.
@@ -94,6 +113,8 @@ class Broker:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.tail.append(line.rstrip())
+            if _NOTABLE.search(line):
+                self.notable.append(line.rstrip())
             match = _LISTENING.search(line)
             if match:
                 self._found.put((match[1], f"{match[2]}:{match[3]}"))
@@ -116,14 +137,28 @@ class Broker:
     def log_tail(self) -> str:
         return "\n".join(self.tail)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
+    def stop(self, timeout: float = 60.0) -> dict[str, Any]:
+        """SIGTERM, SIGKILL after ``timeout``; how it ended (nsqd flushes queues on the way out)."""
+        exited_early = self.proc.poll() is not None
+        killed = False
+        started = time.monotonic()
+        if not exited_early:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                killed = True
                 self.proc.kill()
                 self.proc.wait(timeout=5.0)
+        self._reader.join(timeout=2.0)
+        return {
+            "returncode": self.proc.returncode,
+            "exited_before_stop": exited_early,
+            "killed": killed,
+            "stop_s": round(time.monotonic() - started, 3),
+            "notable_log_lines": list(self.notable),
+            "last_log_lines": list(self.tail)[-4:],
+        }
 
 
 def proc_usage(pid: int | None) -> dict[str, float]:
@@ -216,12 +251,22 @@ class Phase:
     readers: bench_reader.ReaderConfig | None = None
 
 
-def run_phase(phase: Phase, target: Target, connections: int, size: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Fanout:
+    """How many processes each side of a phase uses."""
+
+    writers: int
+    readers: int
+
+
+def run_phase(phase: Phase, target: Target, fanout: Fanout, size: int) -> dict[str, Any]:
     groups: dict[str, WorkerGroup] = {}
     if phase.readers is not None:  # readers first: their SUB must exist before messages flow
-        groups["out"] = WorkerGroup(bench_reader.run_connection, phase.readers, connections, size)
+        groups["out"] = WorkerGroup(
+            bench_reader.run_connection, phase.readers, fanout.readers, size
+        )
     if phase.writers is not None:
-        groups["in"] = WorkerGroup(bench_writer.run_connection, phase.writers, connections, size)
+        groups["in"] = WorkerGroup(bench_writer.run_connection, phase.writers, fanout.writers, size)
     for group in groups.values():
         group.start()
     for group in groups.values():
@@ -232,7 +277,10 @@ def run_phase(phase: Phase, target: Target, connections: int, size: int) -> dict
     runfor = max(c.runfor for c in (phase.writers, phase.readers) if c is not None)
     summaries = {kind: g.collect(runfor + WORKER_GRACE_S) for kind, g in groups.items()}
     after, wall = proc_usage(target.pid), time.monotonic() - wall
-    return report(phase, summaries, before, after, wall, target)
+    result = report(phase, summaries, before, after, wall, target)
+    result["writer_connections"] = fanout.writers if phase.writers is not None else 0
+    result["reader_connections"] = fanout.readers if phase.readers is not None else 0
+    return result
 
 
 def report(
@@ -310,6 +358,7 @@ def plan(args: argparse.Namespace, run_id: str) -> Iterator[Phase]:
 
 def run_all(args: argparse.Namespace, target: Target) -> dict[str, Any]:
     run_id = dt.datetime.now(dt.UTC).strftime("%H%M%S")
+    fanout = Fanout(args.writer_connections or args.connections, args.connections)
     results: dict[str, Any] = {}
     for phase in plan(args, run_id):
         if phase.writers is not None:
@@ -319,7 +368,7 @@ def run_all(args: argparse.Namespace, target: Target) -> dict[str, Any]:
         if phase.name == "pub":
             create_channel(target.tcp, target.http, phase.topic, args.channel)
         print(f"# {phase.name}: topic {phase.topic}", flush=True)
-        results[phase.name] = run_phase(phase, target, args.connections, args.size)
+        results[phase.name] = run_phase(phase, target, fanout, args.size)
     return results
 
 
@@ -329,8 +378,14 @@ def run_all(args: argparse.Namespace, target: Target) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", choices=("pub", "sub", "pubsub", "all"), default="all")
+    p.add_argument("--mode", choices=tuple(MODES), default="memory", help="broker queue mode")
+    p.add_argument("--suite", action="store_true", help="every mode and scenario, one table")
+    p.add_argument("--repeat", type=int, default=1, help="--suite: runs of the whole matrix")
     p.add_argument("--runfor", default="5s", help="length of each scenario (Go duration)")
     p.add_argument("--connections", type=int, default=2, help="writer and reader processes each")
+    p.add_argument(
+        "--writer-connections", type=int, help="writer processes (default: --connections)"
+    )
     p.add_argument("--size", type=int, default=200, help="message size in bytes")
     p.add_argument("--batch-size", type=int, default=200, help="messages per MPUB")
     p.add_argument("--pipeline", type=int, default=1, help="max unacked MPUBs per connection")
@@ -338,12 +393,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channel", default="ch")
     p.add_argument("--identify", action="store_true", help="readers send IDENTIFY first")
     p.add_argument("--latency", action="store_true", help="report e2e latency percentiles")
-    p.add_argument("--mem-queue-size", type=int, default=1_000_000)
+    p.add_argument("--mem-queue-size", type=int, help="override the --mode's queue size")
     p.add_argument(
         "--nsqd-cmd",
         default=shlex.join([sys.executable, "-m", "nsqpy.nsqd"]),
         help="broker command; the runner appends address, data-path and queue flags",
     )
+    p.add_argument("--data-root", type=Path, help="where the temporary data paths go")
     p.add_argument("--sink", action="store_true", help="run against benchmarks.sink instead")
     p.add_argument("--nsqd-tcp-address", help="use this running broker instead of starting one")
     p.add_argument("--nsqd-http-address", help="its HTTP address (channel creation, /stats)")
@@ -365,6 +421,12 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("--nsqd-http-address needs --nsqd-tcp-address")
     if not 1 <= args.pipeline <= 16:
         raise ValueError("--pipeline must be between 1 and 16")
+    if not 1 <= args.connections <= 64 or not 1 <= (args.writer_connections or 1) <= 64:
+        raise ValueError("--connections and --writer-connections must be between 1 and 64")
+    if args.suite and (args.sink or args.nsqd_tcp_address):
+        raise ValueError("--suite starts its own brokers; drop --sink / --nsqd-tcp-address")
+    if not 1 <= args.repeat <= 10:
+        raise ValueError("--repeat must be between 1 and 10")
 
 
 def broker_command(args: argparse.Namespace, data_path: str) -> list[str]:
@@ -378,13 +440,45 @@ def broker_command(args: argparse.Namespace, data_path: str) -> list[str]:
             f"--size={args.size}",
             f"--lifetime={lifetime}",
         ]
+    mem_queue_size, extra = MODES[args.mode]
+    if args.mem_queue_size is not None:
+        mem_queue_size = args.mem_queue_size
     return [
         *shlex.split(args.nsqd_cmd),
         "--tcp-address=127.0.0.1:0",
         "--http-address=127.0.0.1:0",
-        f"--mem-queue-size={args.mem_queue_size}",
+        f"--mem-queue-size={mem_queue_size}",
         f"--data-path={data_path}",
+        *extra,
     ]
+
+
+def data_root(args: argparse.Namespace) -> Path:
+    return Path(args.data_root or tempfile.gettempdir())
+
+
+def check_free_space(root: Path) -> str | None:
+    """A polite refusal when ``root`` has too little room for a disk-mode run, else None."""
+    free = shutil.disk_usage(root).free
+    if free >= MIN_FREE_BYTES:
+        return None
+    return (
+        f"only {free / 1024**3:.1f} GiB free under {root}; a disk-mode run can write several GiB "
+        f"(at least {MIN_FREE_BYTES / 1024**3:.0f} GiB wanted). Free some space or pass "
+        "--data-root pointing at a roomier file system."
+    )
+
+
+@contextlib.contextmanager
+def fresh_data_path(root: Path) -> Iterator[str]:
+    """A new, empty --data-path under ``root``, removed with everything in it afterwards."""
+    path = tempfile.mkdtemp(prefix="nsqpy-bench-", dir=root)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if os.path.exists(path):
+            print(f"warning: could not remove {path}", file=sys.stderr)
 
 
 def write_results(args: argparse.Namespace, label: str, doc: dict[str, Any]) -> Path:
@@ -397,17 +491,8 @@ def write_results(args: argparse.Namespace, label: str, doc: dict[str, Any]) -> 
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        validate(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    label = args.label or (
-        "sink" if args.sink else "external" if args.nsqd_tcp_address else "nsqpy"
-    )
-    doc: dict[str, Any] = {
+def new_doc(args: argparse.Namespace, label: str) -> dict[str, Any]:
+    return {
         "label": label,
         "started_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "host": {
@@ -417,32 +502,97 @@ def main(argv: list[str] | None = None) -> int:
         },
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
     }
-    with tempfile.TemporaryDirectory(prefix="nsqpy-bench-") as data_path:
-        broker: Broker | None = None
-        try:
-            if args.nsqd_tcp_address:
-                target = Target(args.nsqd_tcp_address, args.nsqd_http_address, args.nsqd_pid)
-            else:
-                broker = Broker(broker_command(args, data_path), want_http=not args.sink)
-                tcp, http = broker.wait_listening(parse_duration(args.startup_timeout))
-                target = Target(tcp, http, broker.pid)
-                doc["broker_cmd"] = broker.cmd
+
+
+def run_broker(args: argparse.Namespace, doc: dict[str, Any], data_path: str) -> None:
+    """Start a broker (or the sink) on ``data_path``, run the scenarios into ``doc``, stop it."""
+    broker = Broker(broker_command(args, data_path), want_http=not args.sink)
+    doc["broker_cmd"] = broker.cmd
+    try:
+        tcp, http = broker.wait_listening(parse_duration(args.startup_timeout))
+        target = Target(tcp, http, broker.pid)
+        print(f"# broker {doc['label']} ({args.mode}) at tcp {tcp} http {http}", flush=True)
+        doc["scenarios"] = run_all(args, target)
+        doc["broker_usage_end"] = proc_usage(target.pid)
+    finally:
+        doc["broker_exit"] = exit_info = broker.stop()
+    if exit_info["exited_before_stop"] or exit_info["killed"]:
+        print(f"warning: broker ended badly: {exit_info}\n{broker.log_tail()}", file=sys.stderr)
+
+
+def run_once(args: argparse.Namespace, label: str) -> dict[str, Any] | None:
+    """One broker (or target), the chosen scenarios; the results document, None if aborted."""
+    doc = new_doc(args, label)
+    doc["mode"] = None if args.sink or args.nsqd_tcp_address else args.mode
+    try:
+        if args.nsqd_tcp_address:
+            target = Target(args.nsqd_tcp_address, args.nsqd_http_address, args.nsqd_pid)
             print(f"# broker {label} at tcp {target.tcp} http {target.http}", flush=True)
             doc["scenarios"] = run_all(args, target)
             doc["broker_usage_end"] = proc_usage(target.pid)
-        except (RuntimeError, TimeoutError, OSError, wire.ProtocolError) as exc:
-            print(f"benchmark aborted: {exc}", file=sys.stderr)
+            return doc
+        with fresh_data_path(data_root(args)) as data_path:
+            run_broker(args, doc, data_path)
+        return doc
+    except (RuntimeError, TimeoutError, OSError, wire.ProtocolError) as exc:
+        print(f"benchmark aborted: {exc}", file=sys.stderr)
+        return None
+
+
+def any_errors(scenarios: dict[str, Any]) -> bool:
+    return any(r.get(k, {}).get("errors") for r in scenarios.values() for k in ("in", "out"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        validate(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not (args.sink or args.nsqd_tcp_address):
+        refusal = check_free_space(data_root(args))
+        if refusal:
+            print(f"not running: {refusal}", file=sys.stderr)
             return 2
-        finally:
-            if broker is not None:
-                broker.stop()
+    if args.suite:
+        return run_suite(args)
+    label = args.label or (
+        "sink" if args.sink else "external" if args.nsqd_tcp_address else f"nsqpy-{args.mode}"
+    )
+    doc = run_once(args, label)
+    if doc is None:
+        return 2
     path = write_results(args, label, doc)
     print_table(doc["scenarios"])
-    print(f"# results: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    failed = any(
-        r.get(k, {}).get("errors") for r in doc["scenarios"].values() for k in ("in", "out")
-    )
+    print(f"# results: {display_path(path)}")
+    return 1 if any_errors(doc["scenarios"]) else 0
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """The whole matrix (--repeat times, interleaved), one results file, one table."""
+    runs: list[dict[str, Any]] = []
+    for repetition in range(1, args.repeat + 1):
+        for spec in suite.MATRIX:
+            refusal = check_free_space(data_root(args))
+            if refusal:
+                print(f"suite stopped early: {refusal}", file=sys.stderr)
+                break
+            print(f"\n## {spec.name} (repetition {repetition}/{args.repeat})", flush=True)
+            doc = run_once(suite.args_for(args, spec), f"nsqpy-{spec.name}")
+            runs.append(suite.entry(spec, repetition, doc))
+    summary = suite.summarise(runs)
+    doc = new_doc(args, "suite")
+    doc.update(runs=runs, **summary)
+    path = write_results(args, "suite", doc)
+    suite.print_table(summary, args)
+    print(f"# results: {display_path(path)}")
+    failed = any(r["doc"] is None or any_errors(r["doc"]["scenarios"]) for r in runs)
     return 1 if failed else 0
+
+
+def display_path(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def print_table(scenarios: dict[str, Any]) -> None:
