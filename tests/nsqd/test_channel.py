@@ -235,8 +235,11 @@ def test_every_channel_gets_a_copy() -> None:
     c1, c2 = b.get_channel(topic, "c1", 0.0), b.get_channel(topic, "c2", 0.0)
     publish(b, "t", b"x")
     assert c1.depth == 1 and c2.depth == 1
-    assert c1.queue[0] is not c2.queue[0]
-    assert c1.queue[0].id == c2.queue[0].id and c1.queue[0].body is c2.queue[0].body
+    assert c1.queue[0] is c2.queue[0]  # queued entries are immutable and shared
+    s1, s2 = subscribe(c1, 1), subscribe(c2, 1)
+    (m1,), (m2,) = s1.got, s2.got
+    assert m1 is not m2  # each channel delivers (and counts attempts on) its own message
+    assert m1.id == m2.id and m1.body is m2.body
 
 
 def test_full_queue_refuses_whole_batch_and_drops_nothing() -> None:

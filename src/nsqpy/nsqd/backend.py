@@ -15,7 +15,7 @@ from nsqpy.nsqd import records
 from nsqpy.nsqd.errors import BrokerError
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.message import Message
+    from nsqpy.nsqd.message import Queued
 
 
 class Backend(Protocol):
@@ -54,10 +54,16 @@ class DiskHooks:
         return None
 
 
-def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Message]) -> None:
+def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Queued]) -> None:
     """Append ``msgs`` to ``backend`` as one batch and report the write (or its failure)."""
     encode = records.encode
-    batch = [encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns()) for m in msgs]
+    plain = records.encode_plain
+    batch = [
+        plain(m[2], m[0], m[1])
+        if isinstance(m, tuple)
+        else encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns())
+        for m in msgs
+    ]
     try:
         backend.put(batch)
     except BrokerError as err:

@@ -37,7 +37,7 @@ from nsqpy.nsqd import records
 from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.client import STATE_CLOSING, ClientState
 from nsqpy.nsqd.errors import Exiting, InFlightError, TooManyConsumers
-from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.message import Message, Queued, materialize
 from nsqpy.protocol.names import is_ephemeral
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -65,7 +65,7 @@ class Channel:
         self.mem_queue_size = mem_queue_size
         self.max_msg_timeout = max_msg_timeout
         self.max_consumers = max_consumers
-        self.queue: deque[Message] = deque()
+        self.queue: deque[Queued] = deque()
         self.clients: dict[int, ClientState] = {}
         self.paused = False
         self.exiting = False
@@ -104,10 +104,10 @@ class Channel:
             room += sum(max(c.rdy - len(c.in_flight), 0) for c in self.clients.values())
         return room
 
-    def put(self, msg: Message, now: float) -> None:
+    def put(self, msg: Queued, now: float) -> None:
         self.put_many([msg], now)
 
-    def put_many(self, msgs: list[Message], now: float) -> None:
+    def put_many(self, msgs: list[Queued], now: float) -> None:
         """``put`` for a batch: the publish hot path, with delivery inlined."""
         self.message_count += len(msgs)
         if self.durable:
@@ -123,10 +123,11 @@ class Channel:
                 ready.popleft()
                 client.in_ready = False
                 continue
+            item = msgs[i]
+            msg = Message(item[0], item[1], item[2]) if isinstance(item, tuple) else item
             if client.sample_rate:
-                self._send(client, msgs[i], now)
+                self._send(client, msg, now)
             else:  # _send inlined: this runs once per published message
-                msg = msgs[i]
                 msg.attempts += 1
                 msg.client = client
                 msg.delivery_ts = now
@@ -140,7 +141,7 @@ class Channel:
         if i < count:
             self._store(msgs[i:] if i else msgs, now)
 
-    def _store(self, msgs: list[Message], now: float) -> None:
+    def _store(self, msgs: list[Queued], now: float) -> None:
         """Queue messages no client can take now: memory while it has room, else disk."""
         if self.ephemeral:
             for msg in msgs:
@@ -159,7 +160,7 @@ class Channel:
             msgs = msgs[room:]
         self._write(msgs)
 
-    def _write(self, msgs: list[Message]) -> None:
+    def _write(self, msgs: list[Queued]) -> None:
         assert self.backend is not None
         write_messages(self.backend, self.hooks, msgs)
 
@@ -171,12 +172,12 @@ class Channel:
             return
         heapq.heappush(self._deferred, (due, next(self._seq), msg))
 
-    def _put(self, msg: Message, now: float) -> None:
+    def _put(self, msg: Queued, now: float) -> None:
         ready = self._ready
         while ready and not self.paused:
             client = ready[0]
             if client.rdy > len(client.in_flight) and client.writable:
-                self._send(client, msg, now)
+                self._send(client, materialize(msg), now)
                 ready.rotate(-1)
                 return
             ready.popleft()
@@ -208,7 +209,7 @@ class Channel:
     def _next_queued(self, now: float) -> Message | None:
         """The oldest queued message: memory first, then disk (deferred records are parked)."""
         if self.queue:
-            return self.queue.popleft()
+            return materialize(self.queue.popleft())
         backend = self.backend
         while backend is not None and backend.depth:
             item = backend.read()
@@ -291,7 +292,8 @@ class Channel:
         # write may fill the transport and clear client.writable mid-way.
         while client.rdy > len(in_flight) and client.writable:
             if queue:
-                msg = queue.popleft()
+                item = queue.popleft()
+                msg = Message(item[0], item[1], item[2]) if isinstance(item, tuple) else item
             elif backend is not None and backend.depth:
                 next_msg = self._next_queued(now)
                 if next_msg is None:
@@ -458,7 +460,7 @@ class Channel:
         backend = self.backend
         if backend is None:
             return 0
-        held = list(self.queue)
+        held = [materialize(item) for item in self.queue]
         for client in self.clients.values():
             held.extend(client.in_flight.values())
         wall = self.wall_ns()

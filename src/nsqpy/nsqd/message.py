@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.client import ClientState
@@ -46,3 +46,17 @@ class Message:
     def copy(self) -> Message:
         """A fresh copy for another channel: same id, body, timestamp and deferral."""
         return Message(self.id, self.body, self.timestamp, self.deferred)
+
+
+#: A message that no client has seen yet, as queues hold it: ``(id, body, timestamp)``.
+#: Immutable, so every channel shares the same one, and the cyclic GC does not track it.
+Entry: TypeAlias = tuple[bytes, bytes, int]
+#: What a queue holds: fresh entries, and messages already delivered once (requeued, timed out).
+Queued: TypeAlias = "Message | Entry"
+
+
+def materialize(item: Queued) -> Message:
+    """The message for a queue item, created when it is about to be delivered."""
+    if isinstance(item, tuple):
+        return Message(item[0], item[1], item[2])
+    return item

@@ -40,6 +40,11 @@ def encode(timestamp: int, attempts: int, msg_id: bytes, body: bytes, due_ns: in
     return payload
 
 
+def encode_plain(timestamp: int, msg_id: bytes, body: bytes) -> bytes:
+    """``encode`` for a message never delivered and not deferred (the common case)."""
+    return _HEADER.pack(timestamp, 0) + msg_id + body
+
+
 def decode(data: bytes) -> Record:
     """Decode a record; raises ValueError for one too short to be a message."""
     due = 0

@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import repeat
 
 from nsqpy.nsqd import records
 from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.channel import Channel
 from nsqpy.nsqd.errors import Exiting, QueueFull
-from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.message import Message, Queued
 from nsqpy.protocol.names import is_ephemeral
 
 _NO_DISK = DiskHooks()
@@ -52,7 +53,7 @@ class Topic:
         self.durable = hooks.durable and backend is not None
         self.wall_ns = wall_ns
         self.channels: dict[str, Channel] = {}
-        self.queue: deque[Message] = deque()
+        self.queue: deque[Queued] = deque()
         self.paused = False
         self.exiting = False
         self.message_count = 0
@@ -120,13 +121,17 @@ class Topic:
         """Publish messages that ``accept`` has just cleared."""
         self.message_count += len(bodies)
         self.message_bytes += sum(map(len, bodies))
-        msgs = [Message(i, b, ts, defer) for i, b in zip(ids, bodies, strict=True)]
+        msgs: list[Queued]
+        if defer:
+            msgs = [Message(i, b, ts, defer) for i, b in zip(ids, bodies, strict=True)]
+        else:  # fresh entries, made in C: no per-message object until delivery
+            msgs = list(zip(ids, bodies, repeat(ts, len(ids)), strict=True))
         if self.holding:
             self._hold(msgs)
             return
         self._fan_out_many(msgs, now)
 
-    def _hold(self, msgs: list[Message]) -> None:
+    def _hold(self, msgs: list[Queued]) -> None:
         queue = self.queue
         if self.ephemeral:
             queue.extend(msgs)
@@ -163,21 +168,23 @@ class Topic:
                     "(--mem-queue-size) and there is no disk queue"
                 )
 
-    def _fan_out_many(self, msgs: list[Message], now: float) -> None:
-        """Give every channel its own copy of ``msgs`` (the first channel gets the originals)."""
-        first = True
+    def _fan_out_many(self, msgs: list[Queued], now: float) -> None:
+        """Give every channel ``msgs``: entries are shared, delivered messages are copied."""
+        deferred = [m for m in msgs if not isinstance(m, tuple) and m.deferred]
+        immediate = (
+            [m for m in msgs if isinstance(m, tuple) or not m.deferred] if deferred else msgs
+        )
         wall = self.wall_ns()
+        first = True
         for channel in list(self.channels.values()):
-            copies = msgs if first else [m.copy() for m in msgs]
+            own = first
             first = False
-            immediate = copies
-            if any(m.deferred for m in copies):
-                immediate = [m for m in copies if not m.deferred]
-                for msg in copies:
-                    if msg.deferred:  # due is absolute: publish time + the requested delay
-                        channel.put_deferred(msg, now + (msg.due_ns() - wall) / 1e9, now)
             if immediate:
-                channel.put_many(immediate, now)
+                copies = immediate if own else [_copy(m) for m in immediate]
+                channel.put_many(copies, now)
+            for msg in deferred:  # due is absolute: publish time + the requested delay
+                copy = msg if own else msg.copy()
+                channel.put_deferred(copy, now + (msg.due_ns() - wall) / 1e9, now)
 
     def _release(self, now: float) -> None:
         """Hand held memory messages to the channels; ``pump`` moves any disk backlog."""
@@ -196,7 +203,7 @@ class Topic:
         backend = self.backend
         if self.holding or backend is None or not backend.depth:
             return False
-        msgs: list[Message] = []
+        msgs: list[Queued] = []
         tokens: list[int] = []
         while len(msgs) < limit and (item := backend.read()) is not None:
             data, token = item
@@ -204,6 +211,9 @@ class Topic:
             try:
                 rec = records.decode(data)
             except ValueError:
+                continue
+            if not rec.attempts and not rec.due_ns:
+                msgs.append((rec.id, rec.body, rec.timestamp))
                 continue
             msg = Message(rec.id, rec.body, rec.timestamp)
             msg.attempts = rec.attempts
@@ -242,3 +252,8 @@ class Topic:
         write_messages(self.backend, self.hooks, list(self.queue))
         self.queue.clear()
         return count
+
+
+def _copy(item: Queued) -> Queued:
+    """Another channel's copy: an entry is immutable and shared; a message is copied."""
+    return item if isinstance(item, tuple) else item.copy()
