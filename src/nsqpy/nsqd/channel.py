@@ -37,7 +37,7 @@ from nsqpy.nsqd import records
 from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.client import STATE_CLOSING, ClientState
 from nsqpy.nsqd.errors import Exiting, InFlightError, TooManyConsumers
-from nsqpy.nsqd.message import Message, Queued, materialize
+from nsqpy.nsqd.message import Message, Queued, delivered, materialize
 from nsqpy.protocol.names import is_ephemeral
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -124,14 +124,17 @@ class Channel:
                 client.in_ready = False
                 continue
             item = msgs[i]
-            msg = Message(item[0], item[1], item[2]) if isinstance(item, tuple) else item
             if client.sample_rate:
-                self._send(client, msg, now)
+                self._send(client, materialize(item), now)
             else:  # _send inlined: this runs once per published message
-                msg.attempts += 1
-                msg.client = client
-                msg.delivery_ts = now
-                msg.deadline = now + client.msg_timeout
+                if isinstance(item, tuple):
+                    msg = delivered(item, client, now, client.msg_timeout)
+                else:
+                    msg = item
+                    msg.attempts += 1
+                    msg.client = client
+                    msg.delivery_ts = now
+                    msg.deadline = now + client.msg_timeout
                 client.in_flight[msg.id] = msg
                 client.message_count += 1
                 self.in_flight_count += 1
@@ -293,7 +296,14 @@ class Channel:
         while client.rdy > len(in_flight) and client.writable:
             if queue:
                 item = queue.popleft()
-                msg = Message(item[0], item[1], item[2]) if isinstance(item, tuple) else item
+                if isinstance(item, tuple) and not client.sample_rate:
+                    msg = delivered(item, client, now, timeout)  # the common case, in one step
+                    in_flight[msg.id] = msg
+                    client.message_count += 1
+                    self.in_flight_count += 1
+                    write(msg)
+                    continue
+                msg = materialize(item)
             elif backend is not None and backend.depth:
                 next_msg = self._next_queued(now)
                 if next_msg is None:
