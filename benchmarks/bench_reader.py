@@ -1,9 +1,18 @@
 """SUB/RDY/FIN load generator: the same knobs and output line as NSQ's bench_reader.
 
-Each connection (its own process) subscribes, opens a window of ``--rdy`` messages and answers
-every message with ``FIN``. The FINs for everything one ``recv`` returned go out in one write, so
-the reader costs a slice and a list append per message. ``--latency`` adds end-to-end latency
-percentiles from the timestamp the broker stamped on each message.
+Each reader process subscribes, opens a window of ``--rdy`` messages and answers every message
+with ``FIN``. The FINs for everything one ``recv`` returned go out in one write, so the reader
+costs a slice and a list append per message. ``--latency`` adds end-to-end latency percentiles
+from the timestamp the broker stamped on each message.
+
+A process may hold several subscriptions (``ReaderConfig.subscriptions``, spread over the
+processes by index): one socket each, multiplexed with ``selectors``. That is how the runner
+reads 4 channels or 100 topics with 2 processes.
+
+After ``--runfor`` comes an untimed tail whose messages are counted separately (``tail_msgs``):
+with ``drain`` the readers keep their window open until nothing came for ``drain_idle`` (so a
+run can check that every published message arrived), otherwise they send ``RDY 0`` and FIN what
+is already on its way, so no message is left in flight when they close.
 
     python -m benchmarks.bench_reader --nsqd-tcp-address 127.0.0.1:4150 --topic sub_bench \\
         --channel ch --size 200 --runfor 10s --connections 2 --rdy 2500
@@ -12,12 +21,13 @@ percentiles from the timestamp the broker stamped on each message.
 from __future__ import annotations
 
 import argparse
+import selectors
 import socket
 import sys
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 
 from benchmarks import wire
@@ -35,6 +45,9 @@ _unpack_i64 = wire.I64.unpack_from
 _ID_AT, _ID_END, _TS_AT, _HDR = wire.ID_AT, wire.ID_AT + wire.ID_LEN, wire.TIMESTAMP_AT, 8
 # Wake up this often while idle to check the deadline.
 _POLL_S = 0.2
+# Without drain: after RDY 0, stop once nothing arrived for this long (at most _TAIL_CAP_S).
+_TAIL_IDLE_S = 0.2
+_TAIL_CAP_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,22 @@ class ReaderConfig:
     latency: bool = False
     # Stop once no message came for this long (after the first one); 0 = run the full --runfor.
     idle_exit: float = 0.0
+    # Untimed drain after --runfor: keep RDY open for at most this long, until nothing came for
+    # drain_idle; 0 = send RDY 0 and only collect what is already in flight.
+    drain: float = 0.0
+    drain_idle: float = 1.0
+    # (topic, channel) pairs spread over `processes` reader processes; empty = (topic, channel).
+    subscriptions: tuple[tuple[str, str], ...] = field(default=())
+    processes: int = 1
+
+    def mine(self, index: int) -> tuple[tuple[str, str], ...]:
+        """The subscriptions reader process ``index`` holds: every processes-th one, and with
+        fewer subscriptions than processes, the same ones again (2 readers on 1 channel)."""
+        if not self.subscriptions:
+            return ((self.topic, self.channel),)
+        subs = self.subscriptions
+        count = max(len(subs), self.processes)
+        return tuple(subs[i % len(subs)] for i in range(index, count, self.processes))
 
 
 Control = list[tuple[int, bytes]]
@@ -100,7 +129,9 @@ def handle_control(sock: socket.socket, control: Control) -> None:
     control.clear()
 
 
-def handshake(cfg: ReaderConfig, sock: socket.socket, frames: wire.FrameReader) -> None:
+def handshake(
+    cfg: ReaderConfig, sock: socket.socket, frames: wire.FrameReader, topic: str, channel: str
+) -> None:
     sock.sendall(wire.MAGIC_V2)
     if cfg.identify:
         info = {
@@ -110,72 +141,172 @@ def handshake(cfg: ReaderConfig, sock: socket.socket, frames: wire.FrameReader) 
         }
         sock.sendall(wire.identify(info))
         wire.expect_ok(sock, frames, "IDENTIFY")
-    sock.sendall(wire.sub(cfg.topic, cfg.channel))
+    sock.sendall(wire.sub(topic, channel))
     wire.expect_ok(sock, frames, "SUB")
 
 
-def consume(
-    cfg: ReaderConfig,
-    sock: socket.socket,
-    frames: wire.FrameReader,
-    result: WorkerResult,
-    lat: array[int],
-) -> None:
-    """Receive and FIN until the deadline (or until idle, when --idle-exit is set)."""
+@dataclass
+class _Conn:
+    sock: socket.socket
+    frames: wire.FrameReader
+
+
+class _Clock:
+    """The timed window, then the untimed tail; decides when the reader is done."""
+
+    def __init__(self, cfg: ReaderConfig, start: float) -> None:
+        self.cfg = cfg
+        self.deadline = start + cfg.runfor
+        self.last = start  # time of the last message
+        self.tail_from = 0.0  # 0 while the window is still timed
+
+    def timeout(self, now: float) -> float:
+        if self.tail_from:
+            return _POLL_S
+        return max(min(_POLL_S, self.deadline - now), 0.001)
+
+    def window_over(self, now: float, msgs: int) -> bool:
+        if now >= self.deadline:
+            return True
+        idle = self.cfg.idle_exit
+        return bool(idle and msgs and now - self.last >= idle)
+
+    def tail_over(self, now: float) -> bool:
+        drain = self.cfg.drain
+        idle = self.cfg.drain_idle if drain else _TAIL_IDLE_S
+        cap = drain if drain else _TAIL_CAP_S
+        return now - self.tail_from >= cap or now - max(self.last, self.tail_from) >= idle
+
+
+def _receive(
+    conn: _Conn, cfg: ReaderConfig, ids: list[bytearray], control: Control, lat: array[int]
+) -> int:
+    """Read once from ``conn``, FIN every message that completed; the number of messages."""
+    try:
+        got = conn.frames.recv(conn.sock)
+    except TimeoutError:  # only the single-connection path reads without select
+        return 0
+    if not got:
+        raise wire.ProtocolError("connection closed by broker")
+    if cfg.latency:
+        scan_timed(conn.frames, ids, control, lat)
+    else:
+        scan(conn.frames, ids, control)
+    n = len(ids)
+    if n:
+        conn.sock.sendall(wire.fin_many(ids))
+        ids.clear()
+    if control:
+        handle_control(conn.sock, control)
+    return n
+
+
+class _Waiter:
+    """Which connections to read next: select() over many, or a timed recv on a single one."""
+
+    def __init__(self, conns: list[_Conn]) -> None:
+        self.conns = conns
+        self.timeout = -1.0
+        self.selector: selectors.BaseSelector | None = None
+        if len(conns) > 1:
+            self.selector = selectors.DefaultSelector()
+            for conn in conns:
+                self.selector.register(conn.sock, selectors.EVENT_READ, conn)
+
+    def wait(self, timeout: float) -> list[_Conn]:
+        if self.selector is not None:
+            return [key.data for key, _ in self.selector.select(timeout)]
+        if timeout != self.timeout:  # the blocking recv itself waits, up to this long
+            self.timeout = timeout
+            self.conns[0].sock.settimeout(timeout)
+        return self.conns
+
+    def close(self) -> None:
+        if self.selector is not None:
+            self.selector.close()
+
+
+def _end_window(cfg: ReaderConfig, conns: list[_Conn], clock: _Clock, now: float) -> float:
+    """Close the timed window; without drain, stop the flow. Returns the window's end time."""
+    timed_out = now >= clock.deadline
+    clock.tail_from = now
+    if not cfg.drain:
+        for conn in conns:
+            conn.sock.sendall(wire.rdy(0))
+    return now if timed_out else clock.last  # an idle exit times up to its last message
+
+
+def consume(cfg: ReaderConfig, conns: list[_Conn], result: WorkerResult, lat: array[int]) -> None:
+    """Receive and FIN until the window is over, then through the tail (see module docstring)."""
     ids: list[bytearray] = []
     control: Control = []
-    sendall, recv = sock.sendall, frames.recv
-    result.start = last = now = time.monotonic()
-    deadline = result.start + cfg.runfor
-    sock.settimeout(_POLL_S)
-    sendall(wire.rdy(cfg.rdy))
-    while now < deadline:
-        if deadline - now < _POLL_S:  # do not overshoot the end of the run by a whole poll
-            sock.settimeout(max(deadline - now, 0.001))
-        try:
-            got = recv(sock)
-        except TimeoutError:
-            got = -1
-        now = time.monotonic()
-        if got == 0:
-            raise wire.ProtocolError("connection closed by broker")
-        if got > 0:
-            if cfg.latency:
-                scan_timed(frames, ids, control, lat)
-            else:
-                scan(frames, ids, control)
-            if ids:
-                sendall(wire.fin_many(ids))
-                result.msgs += len(ids)
-                ids.clear()
-                last = now
-            if control:
-                handle_control(sock, control)
-        elif cfg.idle_exit and result.msgs and now - last >= cfg.idle_exit:
-            result.end = last  # the backlog is drained: time it up to its last message
-            return
-    result.end = now
+    tail = 0
+    waiter = _Waiter(conns)
+    result.start = now = time.monotonic()
+    clock = _Clock(cfg, result.start)
+    for conn in conns:
+        conn.sock.sendall(wire.rdy(cfg.rdy))
+    try:
+        while True:
+            if not clock.tail_from and clock.window_over(now, result.msgs):
+                result.end = _end_window(cfg, conns, clock, now)
+            if clock.tail_from and clock.tail_over(now):
+                break
+            ready = waiter.wait(clock.timeout(now))
+            n = sum(_receive(conn, cfg, ids, control, lat) for conn in ready)
+            now = time.monotonic()
+            if n:
+                clock.last = now
+                if clock.tail_from:
+                    tail += n
+                else:
+                    result.msgs += n
+    finally:
+        waiter.close()
+    result.counters["tail_msgs"] = tail
+
+
+def open_subscriptions(cfg: ReaderConfig, index: int) -> list[_Conn]:
+    conns: list[_Conn] = []
+    mine = cfg.mine(index)
+    if not mine:
+        raise ValueError(f"reader {index} has no subscription (processes={cfg.processes})")
+    try:
+        for topic, channel in mine:
+            conn = _Conn(connect(cfg.address), wire.FrameReader(4 << 20))
+            conns.append(conn)
+            handshake(cfg, conn.sock, conn.frames, topic, channel)
+    except BaseException:
+        close_all(conns)
+        raise
+    return conns
+
+
+def close_all(conns: list[_Conn]) -> None:
+    for conn in conns:
+        conn.sock.close()
 
 
 def run_connection(
     cfg: ReaderConfig, index: int, ready: Callable[[], None], go: Event
 ) -> WorkerResult:
-    """One consuming connection: handshake, wait for the start signal, consume."""
+    """One reader process: handshake(s), wait for the start signal, consume."""
     result = WorkerResult()
     lat: array[int] = array("q")
-    with connect(cfg.address) as sock:
-        frames = wire.FrameReader(4 << 20)
-        handshake(cfg, sock, frames)
+    conns = open_subscriptions(cfg, index)
+    try:
         ready()
         if not go.wait(timeout=60.0):
-            result.error = f"connection {index}: start signal never came"
+            result.error = f"reader {index}: start signal never came"
             return result
         try:
-            consume(cfg, sock, frames, result, lat)
+            consume(cfg, conns, result, lat)
         except (OSError, wire.ProtocolError) as exc:
             # Keep what was consumed before the failure.
-            result.error = f"connection {index}: {type(exc).__name__}: {exc}"
-            result.end = time.monotonic()
+            result.error = f"reader {index}: {type(exc).__name__}: {exc}"
+            result.end = result.end or time.monotonic()
+    finally:
+        close_all(conns)
     result.latencies_ns = lat.tobytes()
     return result
 
@@ -215,8 +346,9 @@ def config_from_args(args: argparse.Namespace) -> ReaderConfig:
     )
 
 
-def format_latency(percentiles: dict[str, float]) -> str:
-    return "latency: " + " ".join(f"{k}={v:.3f}ms" for k, v in percentiles.items())
+def format_latency(percentiles: dict[str, float], name: str = "latency") -> str:
+    shown = " ".join(f"{k}={v:.3f}ms" for k, v in percentiles.items() if k != "count")
+    return f"{name}: {shown}"
 
 
 def main(argv: list[str] | None = None) -> int:

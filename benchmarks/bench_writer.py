@@ -3,6 +3,8 @@
 Each connection (its own process) sends one pre-encoded MPUB batch after another and reads the
 ``OK`` for each. ``--pipeline`` bounds how many batches may be unacknowledged at once; the default
 of 1 is a strict request/response loop, like NSQ's own tool, so the numbers are comparable.
+With ``WriterConfig.topics`` the batches go round-robin over those topics (one pre-encoded batch
+per topic), which is how the runner loads 100 topics.
 
     python -m benchmarks.bench_writer --nsqd-tcp-address 127.0.0.1:4150 --topic sub_bench \\
         --size 200 --batch-size 200 --runfor 10s --connections 2
@@ -37,6 +39,8 @@ class WriterConfig:
     batch_size: int = 200
     runfor: float = 10.0
     pipeline: int = 1
+    topics: tuple[str, ...] = ()  # round-robin over these instead of `topic`
+    drain: float = 0.0  # writers have no tail; the field keeps the configs interchangeable
 
 
 class _AckReader:
@@ -64,7 +68,9 @@ class _AckReader:
 
 def publish(cfg: WriterConfig, sock: socket.socket, result: WorkerResult) -> None:
     """MPUB the pre-encoded batch until --runfor is over; count messages as they are acked."""
-    batch = wire.mpub(cfg.topic, wire.make_body(cfg.size), cfg.batch_size)
+    body = wire.make_body(cfg.size)
+    batches = [wire.mpub(topic, body, cfg.batch_size) for topic in cfg.topics or (cfg.topic,)]
+    rounds = len(batches)
     acks = _AckReader(sock)
     sendall, limit, per_batch = sock.sendall, cfg.pipeline, cfg.batch_size
     sent = acked = 0
@@ -72,7 +78,7 @@ def publish(cfg: WriterConfig, sock: socket.socket, result: WorkerResult) -> Non
     deadline = result.start + cfg.runfor
     while time.monotonic() < deadline:
         if sent - acked < limit:
-            sendall(batch)
+            sendall(batches[sent % rounds])
             sent += 1
         else:
             n = acks.wait()

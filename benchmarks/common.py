@@ -67,6 +67,10 @@ class WorkerResult:
     end: float = 0.0
     error: str | None = None
     latencies_ns: bytes = b""  # array('q') of end-to-end latencies, when requested
+    # Named counts summed over connections (e.g. tail_msgs, duplicates, published).
+    counters: dict[str, int] = field(default_factory=dict)
+    # Named array('q') samples concatenated over connections (e.g. broker-stamp latencies).
+    samples: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,6 +82,8 @@ class Summary:
     msg_size: int
     errors: list[str] = field(default_factory=list)
     latencies_ns: array[int] = field(default_factory=lambda: array("q"))
+    counters: dict[str, int] = field(default_factory=dict)
+    samples: dict[str, array[int]] = field(default_factory=dict)
 
     @property
     def ops_per_s(self) -> float:
@@ -96,24 +102,10 @@ class Summary:
         )
 
     def latency_percentiles_ms(self) -> dict[str, float]:
-        if not self.latencies_ns:
-            return {}
-        ordered = sorted(self.latencies_ns)
-        cuts = statistics.quantiles(ordered, n=1000, method="inclusive")
-
-        def at(per_mille: int) -> float:
-            return cuts[per_mille - 1] / 1e6
-
-        return {
-            "p50": at(500),
-            "p90": at(900),
-            "p99": at(990),
-            "p99.9": at(999),
-            "max": ordered[-1] / 1e6,
-        }
+        return percentiles_ms(self.latencies_ns)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "msgs": self.msgs,
             "duration_s": round(self.duration, 6),
             "msgs_per_s": round(self.ops_per_s, 3),
@@ -121,6 +113,34 @@ class Summary:
             "errors": self.errors,
             "latency_ms": self.latency_percentiles_ms(),
         }
+        if self.counters:
+            doc["counters"] = dict(self.counters)
+        for name, values in self.samples.items():
+            doc[f"{name}_ms"] = percentiles_ms(values)
+        return doc
+
+
+def percentiles_ms(values_ns: array[int]) -> dict[str, float]:
+    """p50/p90/p99/p99.9/max in milliseconds of nanosecond samples ({} when there are none)."""
+    if not values_ns:
+        return {}
+    ordered = sorted(values_ns)
+    if len(ordered) == 1:
+        only = ordered[0] / 1e6
+        return {"p50": only, "p90": only, "p99": only, "p99.9": only, "max": only, "count": 1}
+    cuts = statistics.quantiles(ordered, n=1000, method="inclusive")
+
+    def at(per_mille: int) -> float:
+        return round(cuts[per_mille - 1] / 1e6, 4)
+
+    return {
+        "p50": at(500),
+        "p90": at(900),
+        "p99": at(990),
+        "p99.9": at(999),
+        "max": round(ordered[-1] / 1e6, 4),
+        "count": len(ordered),
+    }
 
 
 # A connection function: (config, index, announce_ready, start event) -> result.
@@ -221,9 +241,16 @@ def fold(results: list[WorkerResult], msg_size: int, errors: list[str]) -> Summa
     timed = [r for r in results if r.end > r.start]
     duration = max(r.end for r in timed) - min(r.start for r in timed) if timed else 0.0
     latencies: array[int] = array("q")
+    counters: dict[str, int] = {}
+    samples: dict[str, array[int]] = {}
     for r in results:
         latencies.frombytes(r.latencies_ns)
-    return Summary(sum(r.msgs for r in results), duration, msg_size, errors, latencies)
+        for name, count in r.counters.items():
+            counters[name] = counters.get(name, 0) + count
+        for name, raw in r.samples.items():
+            samples.setdefault(name, array("q")).frombytes(raw)
+    msgs = sum(r.msgs for r in results)
+    return Summary(msgs, duration, msg_size, errors, latencies, counters, samples)
 
 
 def run_group(group: WorkerGroup, runfor: float) -> Summary:

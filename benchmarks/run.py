@@ -3,6 +3,7 @@
     python -m benchmarks.run [--scenario pub|sub|pubsub|all] [--runfor 5s] [--nsqd-cmd "..."]
     python -m benchmarks.run --mode memory|disk|durable [--writer-connections 8]
     python -m benchmarks.run --suite [--repeat 3]        # every mode x scenario, one table
+    python -m benchmarks.run --full [--update-docs]      # the whole matrix + latency, JSON + PNG
     python -m benchmarks.run --sink                     # the generators' own ceiling
     python -m benchmarks.run --nsqd-tcp-address 127.0.0.1:4150 --nsqd-http-address 127.0.0.1:4151
 
@@ -18,6 +19,11 @@ Scenarios (with --writer-connections writer and --connections reader processes):
 
 For a broker it started, the runner also reports the broker's CPU seconds and peak RSS per
 scenario, and writes everything to a JSON file under benchmarks/results/.
+
+--full runs the matrix of benchmarks/full.py (1x1, 1x4, 100 topics, 1,000 idle connections,
+fixed-rate latency, disk mode, and the sink), checks every count against /stats, and writes
+results/<stamp>-full.json and results/<stamp>-full.png; --update-docs also refreshes the results
+block of docs/performance.md.
 """
 
 from __future__ import annotations
@@ -49,11 +55,13 @@ from typing import Any
 from benchmarks import bench_reader, bench_writer, suite, wire
 from benchmarks.common import (
     WORKER_GRACE_S,
+    ConnectionFn,
     Summary,
     WorkerGroup,
     connect,
     parse_duration,
     parse_local_address,
+    percentiles_ms,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -243,12 +251,18 @@ class Target:
 
 @dataclass
 class Phase:
-    """One measured window: a writer group, a reader group, or both at once."""
+    """One measured window: a writer group, a reader group, or both at once.
+
+    The connection functions default to the MPUB writer and the SUB/FIN reader; the latency
+    scenarios swap in the paced writer and the latency reader.
+    """
 
     name: str
     topic: str
-    writers: bench_writer.WriterConfig | None = None
-    readers: bench_reader.ReaderConfig | None = None
+    writers: Any = None  # bench_writer.WriterConfig or another writer's config
+    readers: Any = None  # bench_reader.ReaderConfig or another reader's config
+    writer_fn: ConnectionFn = bench_writer.run_connection
+    reader_fn: ConnectionFn = bench_reader.run_connection
 
 
 @dataclass(frozen=True)
@@ -262,11 +276,9 @@ class Fanout:
 def run_phase(phase: Phase, target: Target, fanout: Fanout, size: int) -> dict[str, Any]:
     groups: dict[str, WorkerGroup] = {}
     if phase.readers is not None:  # readers first: their SUB must exist before messages flow
-        groups["out"] = WorkerGroup(
-            bench_reader.run_connection, phase.readers, fanout.readers, size
-        )
+        groups["out"] = WorkerGroup(phase.reader_fn, phase.readers, fanout.readers, size)
     if phase.writers is not None:
-        groups["in"] = WorkerGroup(bench_writer.run_connection, phase.writers, fanout.writers, size)
+        groups["in"] = WorkerGroup(phase.writer_fn, phase.writers, fanout.writers, size)
     for group in groups.values():
         group.start()
     for group in groups.values():
@@ -274,7 +286,8 @@ def run_phase(phase: Phase, target: Target, fanout: Fanout, size: int) -> dict[s
     before, wall = proc_usage(target.pid), time.monotonic()
     for group in groups.values():
         group.go_event.set()
-    runfor = max(c.runfor for c in (phase.writers, phase.readers) if c is not None)
+    configs = [c for c in (phase.writers, phase.readers) if c is not None]
+    runfor = max(c.runfor + getattr(c, "drain", 0.0) for c in configs)
     summaries = {kind: g.collect(runfor + WORKER_GRACE_S) for kind, g in groups.items()}
     after, wall = proc_usage(target.pid), time.monotonic() - wall
     result = report(phase, summaries, before, after, wall, target)
@@ -291,7 +304,7 @@ def report(
     wall: float,
     target: Target,
 ) -> dict[str, Any]:
-    label = {"pub": "PUB", "sub": "SUB", "pubsub": "PUB+SUB"}[phase.name]
+    label = {"pub": "PUB", "sub": "SUB", "pubsub": "PUB+SUB"}.get(phase.name, phase.name)
     result: dict[str, Any] = {"topic": phase.topic, "wall_s": round(wall, 3)}
     for kind, summary in sorted(summaries.items()):  # "in" before "out"
         suffix = f" {kind}" if len(summaries) > 1 else ""
@@ -299,6 +312,10 @@ def report(
         latency = summary.latency_percentiles_ms()
         if latency:
             print(f"    {bench_reader.format_latency(latency)}")
+        for name, values in summary.samples.items():
+            print(f"    {bench_reader.format_latency(percentiles_ms(values), name)}")
+        if any(summary.counters.values()):
+            print("    " + " ".join(f"{k}={v}" for k, v in sorted(summary.counters.items())))
         for error in summary.errors:
             print(f"    error: {error}")
         result[kind] = summary.as_dict()
@@ -380,8 +397,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", choices=("pub", "sub", "pubsub", "all"), default="all")
     p.add_argument("--mode", choices=tuple(MODES), default="memory", help="broker queue mode")
     p.add_argument("--suite", action="store_true", help="every mode and scenario, one table")
-    p.add_argument("--repeat", type=int, default=1, help="--suite: runs of the whole matrix")
-    p.add_argument("--runfor", default="5s", help="length of each scenario (Go duration)")
+    p.add_argument("--full", action="store_true", help="the full matrix, JSON + PNG + table")
+    p.add_argument(
+        "--repeat", type=int, help="--suite: runs of the matrix (1); --full: 1x1 repetitions (3)"
+    )
+    p.add_argument(
+        "--runfor",
+        help="length of each scenario (Go duration; default 5s; --full: 5s and 3s per group)",
+    )
+    p.add_argument(
+        "--latency-rates",
+        type=lambda text: tuple(int(r) for r in text.split(",")),
+        default=(1_000, 10_000, 50_000),
+        help="--full: fixed rates of the latency runs, msg/s, comma-separated",
+    )
+    p.add_argument(
+        "--idle-connections", type=int, default=1000, help="--full: idle subscribers held"
+    )
+    p.add_argument(
+        "--update-docs", action="store_true", help="--full: rewrite docs/performance.md's results"
+    )
     p.add_argument("--connections", type=int, default=2, help="writer and reader processes each")
     p.add_argument(
         "--writer-connections", type=int, help="writer processes (default: --connections)"
@@ -412,7 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def validate(args: argparse.Namespace) -> None:
     """Reject bad flags before anything starts: durations, loopback-only targets, bounds."""
-    parse_duration(args.runfor)
+    args.runfor_s = parse_duration(args.runfor) if args.runfor else None
+    args.runfor = args.runfor or "5s"
+    args.repeat = args.repeat or (3 if args.full else 1)
     parse_duration(args.startup_timeout)
     for address in (args.nsqd_tcp_address, args.nsqd_http_address):
         if address:
@@ -427,6 +464,12 @@ def validate(args: argparse.Namespace) -> None:
         raise ValueError("--suite starts its own brokers; drop --sink / --nsqd-tcp-address")
     if not 1 <= args.repeat <= 10:
         raise ValueError("--repeat must be between 1 and 10")
+    if args.full and (args.suite or args.sink or args.nsqd_tcp_address):
+        raise ValueError("--full starts its own brokers; drop --suite / --sink / --nsqd-*")
+    if not 0 <= args.idle_connections <= 10_000:
+        raise ValueError("--idle-connections must be between 0 and 10000")
+    if not all(1 <= r <= 200_000 for r in args.latency_rates):
+        raise ValueError("--latency-rates must lie between 1 and 200000 msg/s")
 
 
 def broker_command(args: argparse.Namespace, data_path: str) -> list[str]:
@@ -481,9 +524,11 @@ def fresh_data_path(root: Path) -> Iterator[str]:
             print(f"warning: could not remove {path}", file=sys.stderr)
 
 
-def write_results(args: argparse.Namespace, label: str, doc: dict[str, Any]) -> Path:
+def write_results(
+    args: argparse.Namespace, label: str, doc: dict[str, Any], stamp: str | None = None
+) -> Path:
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    stamp = stamp or dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     path: Path = args.results_dir / f"{stamp}-{label}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
@@ -557,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.suite:
         return run_suite(args)
+    if args.full:
+        return run_full(args)
     label = args.label or (
         "sink" if args.sink else "external" if args.nsqd_tcp_address else f"nsqpy-{args.mode}"
     )
@@ -589,6 +636,52 @@ def run_suite(args: argparse.Namespace) -> int:
     print(f"# results: {display_path(path)}")
     failed = any(r["doc"] is None or any_errors(r["doc"]["scenarios"]) for r in runs)
     return 1 if failed else 0
+
+
+def run_full(args: argparse.Namespace) -> int:
+    """The full matrix: one JSON, one PNG, one table (and the docs block with --update-docs)."""
+    from benchmarks import full, report  # full imports this module
+
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"note: load average {load:.2f} at start; the machine is not quiet", flush=True)
+    stamp = full.stamp()
+    records = full.run_matrix(args)
+    summary = full.summarise(records)
+    doc = new_doc(args, "full")
+    doc.update(load_average_start=load, records=records, **summary)
+    path = write_results(args, "full", doc, stamp)
+    png = path.with_suffix(".png")
+    host = f"{os.cpu_count()} cores, CPython {platform.python_version()}"
+    title = f"nsqpy nsqd, full benchmark {stamp} ({host}, load {load:.2f} at start)"
+    report.print_table(summary, title)
+    if not report.write_chart(summary, png, title):
+        print("chart skipped: matplotlib is not installed (pip install -e '.[dev]')")
+    print(f"# results: {display_path(path)}" + (f", {display_path(png)}" if png.exists() else ""))
+    if args.update_docs:
+        update_docs(report, summary, path, png, host, load)
+    failed = any(not c["pass"] for r in summary["rows"] + summary["latency"] for c in r["checks"])
+    errors = any(r.get("errors") for r in summary["rows"]) or any("error" in r for r in records)
+    return 1 if failed or errors else 0
+
+
+def update_docs(
+    report: Any, summary: dict[str, Any], path: Path, png: Path, host: str, load: float
+) -> None:
+    docs = ROOT / "docs" / "performance.md"
+    meta = {
+        "command": shlex.join(["python", "-m", "benchmarks.run", *sys.argv[1:]]),
+        "stamp": path.stem.removesuffix("-full"),
+        "host": host,
+        "load": f"{load:.2f}",
+        "json": str(display_path(path)),
+        "json_link": os.path.relpath(path, docs.parent),
+        "png_link": os.path.relpath(png, docs.parent),
+    }
+    if report.update_docs(docs, report.markdown(summary, meta)):
+        print(f"# updated {display_path(docs)}")
+    else:
+        print(f"warning: no results markers in {display_path(docs)}; not updated")
 
 
 def display_path(path: Path) -> Path:
