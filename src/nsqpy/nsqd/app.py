@@ -21,8 +21,10 @@ from nsqpy._version import __version__
 from nsqpy.nsqd import metadata
 from nsqpy.nsqd.broker import Broker, BrokerConfig
 from nsqpy.nsqd.diskqueue import DiskQueue
+from nsqpy.nsqd.lookup import Lookup, identity
 from nsqpy.nsqd.persistence import DiskStore
 from nsqpy.nsqd.tcp import V2Connection
+from nsqpy.nsqd.topic import Topic
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.identify import ServerLimits
 
@@ -86,6 +88,8 @@ class NSQD:
         )
         self.broker.listeners.append(self._on_change)
         self._lock = metadata.DataPathLock(self.data_path)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.lookup: Lookup | None = None
         self._restoring = False
         self._persist_scheduled = False
         self._pump_scheduled = False
@@ -160,12 +164,10 @@ class NSQD:
                     f"{flag} is not supported yet by nsqpy (TLS and AUTH are not built yet)"
                 )
         inactive = {
-            "--lookupd-tcp-address": "nsqlookupd registration",
             "--statsd-address": "statsd output",
             "--e2e-processing-latency-percentile": "end-to-end latency percentiles",
         }
         values = {
-            "--lookupd-tcp-address": opts.nsqlookupd_tcp_addresses,
             "--statsd-address": opts.statsd_address,
             "--e2e-processing-latency-percentile": opts.e2e_processing_latency_percentiles,
         }
@@ -186,8 +188,38 @@ class NSQD:
         self.store.start()
         await self._start_tcp()
         await self._start_http()
+        self._start_lookup()
         self._scan_timer = self.loop.call_later(QUEUE_SCAN_INTERVAL, self._queue_scan)
         self._schedule_pump()
+
+    def _start_lookup(self) -> None:
+        opts = self.opts
+        self.lookup = Lookup(
+            identity(
+                opts.broadcast_address,
+                opts.broadcast_tcp_port or self.tcp_port,
+                opts.broadcast_http_port or self.http_port,
+            ),
+            self._registrations,
+            http_timeout=(opts.http_client_connect_timeout + opts.http_client_request_timeout)
+            / 1e9,
+        )
+        self.lookup.set_addresses(list(opts.nsqlookupd_tcp_addresses))
+
+    def set_lookupd_addresses(self, addresses: list[str]) -> None:
+        """``PUT /config/nsqlookupd_tcp_addresses``: takes effect at once."""
+        self.opts.nsqlookupd_tcp_addresses = addresses
+        if self.lookup is not None:
+            self.lookup.set_addresses(addresses)
+
+    def _registrations(self) -> list[tuple[str, str]]:
+        regs: list[tuple[str, str]] = []
+        for topic in self.broker.topics.values():
+            if topic.channels:
+                regs.extend((topic.name, name) for name in topic.channels)
+            else:
+                regs.append((topic.name, ""))
+        return regs
 
     def _restore(self) -> None:
         path = os.path.join(self.data_path, metadata.FILE_NAME)
@@ -202,9 +234,31 @@ class NSQD:
     # -- metadata and backlog ------------------------------------------------------------
     def _on_change(self, event: str, topic: str, channel: str) -> None:
         if self._restoring:
-            return
+            return  # after a restart the lookup connections register everything anyway
         self.schedule_persist()
+        if self.lookup is not None:
+            self.lookup.notify(event, topic, channel)
+            if event == "topic_created" and self.lookup.peers:
+                self._precreate_channels(topic)
         if event == "channel_created":
+            self._schedule_pump()
+
+    def _precreate_channels(self, name: str) -> None:
+        """Ask lookupd which channels ``name`` has in the cluster; hold messages meanwhile."""
+        topic = self.broker.topics[name]
+        topic.awaiting_channels = True
+        task = self.loop.create_task(self._create_known_channels(topic))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _create_known_channels(self, topic: Topic) -> None:
+        try:
+            assert self.lookup is not None
+            for channel in await self.lookup.channels_for(topic.name):
+                if self.broker.topics.get(topic.name) is topic:
+                    self.broker.get_channel(topic, channel, self.loop.time())
+        finally:
+            topic.channels_known(self.loop.time())
             self._schedule_pump()
 
     def schedule_persist(self) -> None:
@@ -322,6 +376,8 @@ class NSQD:
     async def _shutdown(self) -> None:
         if self._scan_timer is not None:
             self._scan_timer.cancel()
+        if self.lookup is not None:
+            await self.lookup.stop()
         if self._tcp_server is not None:
             self._tcp_server.close()
         for conn in list(self.clients.values()):

@@ -393,7 +393,7 @@ class NsqdHttpApi:
             raise ApiError(413, "INVALID_VALUE")
         opts = self.nsqd.opts
         if name == "nsqlookupd_tcp_addresses":
-            opts.nsqlookupd_tcp_addresses = _string_list(body)
+            self.nsqd.set_lookupd_addresses(_string_list(body))
         elif name == "log_level":
             try:
                 level = parse_log_level(body.decode("utf-8", "surrogateescape"))

@@ -56,6 +56,8 @@ class Topic:
         self.queue: deque[Queued] = deque()
         self.paused = False
         self.exiting = False
+        #: Waiting for nsqlookupd to say which channels exist in the cluster (NSQ #1520).
+        self.awaiting_channels = False
         self.message_count = 0
         self.message_bytes = 0
 
@@ -69,8 +71,8 @@ class Topic:
 
     @property
     def holding(self) -> bool:
-        """Messages are kept at the topic (no channel yet, or paused)."""
-        return not self.channels or self.paused
+        """Messages are kept at the topic (no channel yet, paused, or channels being looked up)."""
+        return not self.channels or self.paused or self.awaiting_channels
 
     def get_channel(self, name: str, now: float) -> tuple[Channel, bool]:
         """The channel called ``name``, created if absent; True when it was created."""
@@ -231,6 +233,11 @@ class Topic:
         if self.backend is not None:
             for token in tokens:
                 self.backend.finish(token)
+
+    def channels_known(self, now: float) -> None:
+        """The cluster's channels exist now: release what was held meanwhile."""
+        self.awaiting_channels = False
+        self._release(now)
 
     def pause(self) -> None:
         self.paused = True
