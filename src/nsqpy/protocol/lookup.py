@@ -79,13 +79,17 @@ Command = tuple[list[bytes], bytes | None]
 class CommandReader:
     """Server side: ``feed`` bytes, ``next()`` -> ``(params, body)`` or None for more data.
 
-    ``params[0]`` is the command name. Only IDENTIFY has a body. An impossible body size raises
-    ``ValueError`` carrying nsqlookupd's error text, for the caller to send before closing.
+    ``params[0]`` is the command name. Only IDENTIFY has a body, and only while
+    ``identify_has_body`` is true: once a connection has identified, nsqlookupd rejects a
+    second IDENTIFY before reading anything more, so the server clears it. An impossible body
+    size raises ``ValueError`` carrying nsqlookupd's error text, for the caller to send before
+    closing; a zero size gives an empty body (which then fails to decode, as in Go).
     """
 
     def __init__(self, max_body_size: int = 5 * 1024 * 1024) -> None:
         self._buf = bytearray()
         self.max_body_size = max_body_size
+        self.identify_has_body = True
         self._pending: list[bytes] | None = None
 
     def feed(self, data: bytes) -> None:
@@ -102,13 +106,13 @@ class CommandReader:
             line = bytes(buf[:nl]).strip()
             del buf[: nl + 1]
             params = line.split(b" ")
-            if params[0] != b"IDENTIFY":
+            if params[0] != b"IDENTIFY" or not self.identify_has_body:
                 return params, None
             self._pending = params
         if len(buf) < 4:
             return None
         (size,) = _SIZE.unpack_from(buf)
-        if size <= 0 or size > self.max_body_size:
+        if size < 0 or size > self.max_body_size:
             raise ValueError("E_BAD_BODY IDENTIFY failed to read body")
         if len(buf) < 4 + size:
             return None

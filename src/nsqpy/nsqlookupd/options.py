@@ -1,0 +1,155 @@
+"""nsqlookupd's options: defaults, command line and config file (NSQ v1.3.0).
+
+``NsqlookupdOptions()`` holds the defaults of NSQ's ``nsqlookupd.NewOptions()``;
+``parse_nsqlookupd_args`` reproduces ``apps/nsqlookupd`` start-up (flags → ``--version`` →
+TOML config → ``log_level`` check → go-options resolution) with Go's messages and exit
+codes. Fields are named by their config key; durations are int nanoseconds.
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, NoReturn
+
+from nsqpy._internal.duration import SECOND
+from nsqpy._internal.goflag import (
+    ConfigError,
+    FlagKind,
+    FlagSet,
+    ParsedFlags,
+    exit_fatal,
+    format_go_value,
+)
+from nsqpy._internal.logs import LEVELS
+from nsqpy._version import __version__
+from nsqpy.protocol.constants import NSQ_VERSION
+
+FATAL_PREFIX: Final = "[nsqlookupd] "
+
+
+class OptionsError(ValueError):
+    """An invalid nsqlookupd option; the message is nsqlookupd's own wording."""
+
+
+def parse_log_level(text: str) -> str:
+    """Validate a log level (any case) and return its lowercase name."""
+    name = text.lower()
+    if name not in LEVELS:
+        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
+    return name
+
+
+@dataclass(slots=True)
+class NsqlookupdOptions:
+    """Every nsqlookupd v1.3.0 option, defaulting exactly as NSQ's ``NewOptions()``."""
+
+    log_level: str = "info"
+    log_prefix: str = FATAL_PREFIX
+    tcp_address: str = "0.0.0.0:4160"
+    http_address: str = "0.0.0.0:4161"
+    broadcast_address: str = field(default_factory=socket.gethostname)
+    inactive_producer_timeout: int = 300 * SECOND
+    tombstone_lifetime: int = 45 * SECOND
+
+
+def _log_level_flag(text: str, _current: object) -> object:
+    return parse_log_level(text)
+
+
+def nsqlookupd_flag_set(defaults: NsqlookupdOptions | None = None) -> FlagSet:
+    """nsqlookupd's flags, with defaults from ``defaults`` (a fresh NsqlookupdOptions if None)."""
+    d = NsqlookupdOptions() if defaults is None else defaults
+    fs = FlagSet("nsqlookupd")
+    fs.add_string("config", "", "path to config file", cfg=None)
+    fs.add_bool("version", False, "print version string", cfg=None)
+    fs.add_value(
+        "log-level",
+        d.log_level,
+        "set log verbosity: debug, info, warn, error, or fatal",
+        parser=_log_level_flag,
+        coerce_as=FlagKind.STRING,
+        default_text="INFO",
+    )
+    fs.add_string("log-prefix", FATAL_PREFIX, "log message prefix")
+    fs.add_bool("verbose", False, "[deprecated] has no effect, use --log-level", cfg=None)
+    fs.add_string("tcp-address", d.tcp_address, "<addr>:<port> to listen on for TCP clients")
+    fs.add_string("http-address", d.http_address, "<addr>:<port> to listen on for HTTP clients")
+    fs.add_string(
+        "broadcast-address",
+        d.broadcast_address,
+        "address of this lookupd node, (default to the OS hostname)",
+    )
+    fs.add_duration(
+        "inactive-producer-timeout",
+        d.inactive_producer_timeout,
+        "duration of time a producer will remain in the active list since its last ping",
+    )
+    fs.add_duration(
+        "tombstone-lifetime",
+        d.tombstone_lifetime,
+        "duration of time a producer will remain tombstoned if registration remains",
+    )
+    return fs
+
+
+def load_config_file(path: str) -> dict[str, object]:
+    """Read a TOML config file; OptionsError carries nsqlookupd's message on failure."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise OptionsError(f"failed to load config file {path} - {err}") from None
+
+
+def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
+    """nsqlookupd's only config-file check: ``log_level`` (normalised to lowercase)."""
+    out = dict(cfg)
+    if "log_level" in out:
+        raw = out["log_level"]
+        try:
+            out["log_level"] = parse_log_level(format_go_value(raw))
+        except ValueError:
+            raise OptionsError(f"failed parsing log_level {format_go_value(raw)}") from None
+    return out
+
+
+def resolve_options(
+    fs: FlagSet, parsed: ParsedFlags, cfg: Mapping[str, object]
+) -> NsqlookupdOptions:
+    """Command-line flag > config key > default. Raises ConfigError."""
+    opts = NsqlookupdOptions()
+    for key, value in fs.resolve(parsed, cfg).items():
+        setattr(opts, key, value)
+    return opts
+
+
+def version_string() -> str:
+    """``nsqlookupd --version`` output."""
+    return f"nsqlookupd v{NSQ_VERSION} (built w/nsqpy-{__version__})"
+
+
+def fatal(message: str) -> NoReturn:
+    """apps/nsqlookupd's logFatal: fixed prefix, microseconds, FATAL level, exit status 1."""
+    exit_fatal(f"FATAL: {message}", prefix=FATAL_PREFIX, micros=True)
+
+
+def parse_nsqlookupd_args(argv: Sequence[str]) -> NsqlookupdOptions:
+    """nsqlookupd's command line (without argv[0]) into options, exiting as nsqlookupd does:
+    usage errors exit 2, ``--help``/``--version`` exit 0, bad values exit 1."""
+    fs = nsqlookupd_flag_set()
+    parsed = fs.parse(argv)
+    if parsed["version"]:
+        print(version_string())
+        raise SystemExit(0)
+    config_path = str(parsed["config"])
+    try:
+        cfg = validate_config(load_config_file(config_path) if config_path else {})
+    except OptionsError as err:
+        fatal(str(err))
+    try:
+        return resolve_options(fs, parsed, cfg)
+    except ConfigError as err:
+        exit_fatal(str(err))  # go-options uses the standard logger: no prefix, no micros

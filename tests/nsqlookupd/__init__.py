@@ -1,0 +1,1 @@
+"""nsqlookupd: registry, TCP V1 protocol, HTTP API and the command."""
