@@ -1,5 +1,5 @@
 # Everything a fresh machine needs is installed by these targets themselves.
-#   make run    -> local nsqd on the default ports, data under ./data
+#   make run    -> a local cluster: nsqlookupd + nsqd on the default ports, data under ./data
 #   make check  -> lint, types and the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -18,8 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	mkdir -p data/nsqd
-	$(VENV)/bin/nsqd --data-path=data/nsqd
+	$(VENV)/bin/nsqpy-cluster --data-path=data/nsqd
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -1,0 +1,1 @@
+"""Command-line applications: they parse options and call the library."""
