@@ -412,7 +412,7 @@ class NSQD:
             written += topic.flush()
         queues = [q for q in self.broker.backends_in_use() if isinstance(q, DiskQueue)]
         await self.store.close(queues)
-        log.info("NSQ: wrote %d messages to disk, closed %d queues", written, len(queues))
+        log.info("NSQ: messages written to disk: %d, queues closed: %d", written, len(queues))
         self._lock.release()
 
     async def wait_stopped(self) -> None:
