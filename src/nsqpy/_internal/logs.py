@@ -26,6 +26,14 @@ LEVELS: Final = {
 }
 
 
+def parse_level(text: str) -> str:
+    """Validate a ``--log-level`` / ``PUT /config/log_level`` value; its lowercase name."""
+    name = text.lower()
+    if name not in LEVELS:
+        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
+    return name
+
+
 class NsqFormatter(logging.Formatter):
     """Formats records the way NSQ's ``lg`` package does."""
 

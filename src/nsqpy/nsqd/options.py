@@ -28,6 +28,7 @@ from nsqpy._internal.goflag import (
     go_quote,
     parse_go_bool,
 )
+from nsqpy._internal.logs import parse_level
 from nsqpy._version import __version__
 from nsqpy.protocol.constants import NSQ_VERSION
 
@@ -66,12 +67,8 @@ class OptionsError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 
-def parse_log_level(text: str) -> str:
-    """Validate a log level (any case) and return its lowercase name."""
-    name = text.lower()
-    if name not in LOG_LEVELS:
-        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
-    return name
+#: Validate a log level (any case) and return its lowercase name.
+parse_log_level = parse_level
 
 
 def log_level_number(name: str) -> int:

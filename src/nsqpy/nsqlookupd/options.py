@@ -23,7 +23,7 @@ from nsqpy._internal.goflag import (
     exit_fatal,
     format_go_value,
 )
-from nsqpy._internal.logs import LEVELS
+from nsqpy._internal.logs import parse_level
 from nsqpy._version import __version__
 from nsqpy.protocol.constants import NSQ_VERSION
 
@@ -34,12 +34,8 @@ class OptionsError(ValueError):
     """An invalid nsqlookupd option; the message is nsqlookupd's own wording."""
 
 
-def parse_log_level(text: str) -> str:
-    """Validate a log level (any case) and return its lowercase name."""
-    name = text.lower()
-    if name not in LEVELS:
-        raise ValueError(f"invalid log level '{text}' (debug, info, warn, error, fatal)")
-    return name
+#: Validate a log level (any case) and return its lowercase name.
+parse_log_level = parse_level
 
 
 @dataclass(slots=True)
