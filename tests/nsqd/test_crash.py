@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from conftest import POLL_INTERVAL
 from nsqd_process import NsqdProcess
 from v2client import RawV2
 
@@ -195,7 +196,7 @@ class CrashLoop:
             before = self.batches
             async with asyncio.timeout(10):
                 while self.batches == before:  # producers are back after the last restart
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(POLL_INTERVAL)
             async with self.changed:
                 self.stopping = True
                 self.changed.notify_all()
@@ -226,7 +227,7 @@ class CrashLoop:
 
         async with asyncio.timeout(15):
             while not empty(await stats(daemon)):
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(POLL_INTERVAL)
 
     def report(self, record: Callable[[str, object], None], label: str) -> tuple[int, int]:
         lost = len(self.acked - set(self.consumed))

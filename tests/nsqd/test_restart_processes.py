@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import wait_for
+from conftest import POLL_INTERVAL, wait_for
 from nsqd_process import NSQD, NsqdProcess
 from v2client import RawV2
 
@@ -93,7 +93,7 @@ async def poll_stats(daemon: NsqdProcess, check: Any, timeout: float = 5.0) -> N
     """Poll /stats until ``check(stats)`` is true."""
     async with asyncio.timeout(timeout):
         while not check(await stats(daemon)):
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(POLL_INTERVAL)
 
 
 def mpub_body(bodies: list[bytes]) -> bytes:
