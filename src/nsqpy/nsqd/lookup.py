@@ -103,12 +103,24 @@ class LookupPeer:
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Send queued commands, PING when idle, and notice at once if lookupd goes away.
+
+        nsqlookupd never speaks unprompted, so a read that completes while idle means the
+        connection closed (a restarted lookupd): reconnect now rather than at the next PING.
+        """
         while True:
-            try:
-                async with asyncio.timeout(PING_INTERVAL):
-                    command = await self._queue.get()
-            except TimeoutError:
-                command = v1.PING
+            get = asyncio.ensure_future(self._queue.get())
+            closed = asyncio.ensure_future(reader.read(1))
+            done, _ = await asyncio.wait(
+                {get, closed}, timeout=PING_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in (get, closed):
+                if task not in done:
+                    task.cancel()
+            await asyncio.gather(get, closed, return_exceptions=True)
+            if closed in done:
+                raise ConnectionError("connection closed by nsqlookupd")
+            command = get.result() if get in done else v1.PING
             await self._command(reader, writer, command)
 
     async def _command(
