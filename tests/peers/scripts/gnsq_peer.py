@@ -423,6 +423,55 @@ def sc_http_publish(params: dict[str, Any]) -> dict[str, Any]:
     return {"responses": [r.decode() for r in responses]}
 
 
+def sc_lookupd_consume(params: dict[str, Any]) -> dict[str, Any]:
+    """A Consumer that finds its nsqd through ``lookupd`` (HTTP addresses) only.
+
+    Like pynsq's ``lookupd_consume``: FINs everything, then PUBs ``late_bodies`` to
+    ``late_http`` once ``count`` arrived and waits for those too (found on a later poll).
+    """
+    import urllib.request
+
+    late = [unb64(b) for b in params.get("late_bodies", [])]
+    total = params["count"] + len(late)
+    deliveries: list[dict[str, Any]] = []
+    STATE["deliveries"] = deliveries
+    done = gevent.event.Event()
+
+    def publish_late() -> None:
+        for body in late:
+            url = f"http://{params['late_http']}/pub?topic={params['topic']}"
+            with urllib.request.urlopen(urllib.request.Request(url, body), timeout=3) as resp:
+                assert resp.read() == b"OK"
+        STATE["late_published_at"] = now()
+
+    consumer = gnsq.Consumer(
+        params["topic"],
+        params["channel"],
+        lookupd_http_addresses=list(params["lookupd"]),
+        lookupd_poll_interval=params.get("poll_interval", 1),
+        max_in_flight=params.get("max_in_flight", 10),
+    )
+
+    @consumer.on_message.connect
+    def handler(consumer: Any, message: gnsq.Message) -> None:
+        deliveries.append(msg_record(message))
+        message.finish()
+        if len(deliveries) == params["count"] and late:
+            gevent.spawn(publish_late)
+        if len(deliveries) >= total and not done.is_set():
+            gevent.spawn_later(params.get("linger", 0.2), done.set)
+
+    @consumer.on_error.connect
+    def on_error(consumer: Any, error: Any) -> None:
+        STATE["errors"].append(exc_record(error))
+
+    consumer.start(block=False)
+    done.wait()
+    connections = sorted(f"{c.address}:{c.port}" for c in consumer._connections)
+    consumer.close()
+    return {"deliveries": deliveries, "connections": connections}
+
+
 SCENARIOS = {
     "publish": sc_publish,
     "errors": sc_errors,
@@ -431,6 +480,7 @@ SCENARIOS = {
     "consume": sc_consume,
     "http": sc_http,
     "http_publish": sc_http_publish,
+    "lookupd_consume": sc_lookupd_consume,
 }
 
 

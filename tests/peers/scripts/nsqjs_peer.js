@@ -197,10 +197,65 @@ function scConsume() {
   })
 }
 
+// A Reader that finds its nsqd through lookupdHTTPAddresses only. FINs everything; once
+// params.count arrived it PUBs params.late_bodies over HTTP to params.late_http (an nsqd
+// that did not have the topic) and waits for those too (found on a later lookupd poll).
+function scLookupdConsume() {
+  const http = require('http')
+  const late = (params.late_bodies || []).map((b) => Buffer.from(b, 'base64'))
+  const total = params.count + late.length
+  const deliveries = []
+  state.deliveries = deliveries
+  const connections = new Set()
+
+  function post(body) {
+    const [host, port] = hostPort(params.late_http)
+    return new Promise((resolve, reject) => {
+      const req = http.request(
+        {host, port, method: 'POST', path: `/pub?topic=${params.topic}`},
+        (res) => {
+          res.resume()
+          res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`pub ${res.statusCode}`))))
+        }
+      )
+      req.on('error', reject)
+      req.end(body)
+    })
+  }
+
+  return new Promise((resolve, reject) => {
+    const reader = new nsq.Reader(params.topic, params.channel, {
+      lookupdHTTPAddresses: params.lookupd,
+      lookupdPollInterval: params.poll_interval || 1,
+      maxInFlight: params.max_in_flight || 10,
+    })
+    reader.on('error', (err) => state.errors.push(String(err)))
+    reader.on('nsqd_connected', (host, port) => connections.add(`${host}:${port}`))
+    reader.on('message', (msg) => {
+      deliveries.push(msgRecord(msg))
+      msg.finish()
+      if (deliveries.length === params.count && late.length) {
+        ;(async () => {
+          for (const body of late) await post(body)
+          state.late_published_at = now()
+        })().catch(reject)
+      }
+      if (deliveries.length === total) {
+        setTimeout(() => {
+          reader.close()
+          resolve({deliveries, connections: [...connections].sort()})
+        }, (params.linger || 0.2) * 1000)
+      }
+    })
+    reader.connect()
+  })
+}
+
 const SCENARIOS = {
   publish: scPublish,
   publish_error: scPublishError,
   consume: scConsume,
+  lookupd_consume: scLookupdConsume,
 }
 
 async function main() {

@@ -21,6 +21,10 @@ import nsq  # noqa: E402  (after the loop exists: tornado binds IOLoop.current()
 import tornado.ioloop  # noqa: E402
 
 LOOP = asyncio.get_event_loop()
+#: Interval of the deadline-bounded polls below (pynsq exposes no events for these states).
+POLL = 0.05
+#: pynsq offers no hook for "FIN written": give it a moment before closing the reader.
+FIN_SETTLE = 0.2
 T0 = time.monotonic()
 STATE: dict[str, Any] = {"errors": [], "closes": 0}
 
@@ -394,7 +398,7 @@ async def sc_heartbeat(params: dict[str, Any]) -> dict[str, Any]:
     reader = make_reader(params, handler)
     await asyncio.wait_for(reader.ready_fut, 5)
     while reader.heartbeats < params.get("heartbeats", 2):
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(POLL)
     # Past 2x the interval (nsqd's read deadline): the connection must still be usable.
     closes_before_publish = STATE["closes"]
     writer = await new_writer({"tcp": params["tcp"]})
@@ -433,7 +437,7 @@ async def sc_close_inflight(params: dict[str, Any]) -> dict[str, Any]:
     close_reader(reader_a)
     reader_b = make_reader(params, handler_b)
     await got_second.wait()
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(FIN_SETTLE)
     close_reader(reader_b)
     return {"first": first, "second": second, "closed_at": closed_at}
 
@@ -453,7 +457,7 @@ async def sc_identify(params: dict[str, Any]) -> dict[str, Any]:
             )
             if found.get("stats_clients") or time.monotonic() > deadline:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(POLL)
         result.update(found)
     close_reader(reader)
     return result
@@ -479,6 +483,50 @@ async def sc_deflate(params: dict[str, Any]) -> dict[str, Any]:
     return {"identify_response": data, "response": response, "deliveries": deliveries}
 
 
+async def sc_lookupd_consume(params: dict[str, Any]) -> dict[str, Any]:
+    """A Reader that finds its nsqd through ``lookupd`` (HTTP addresses) only.
+
+    FINs every message; once ``count`` arrived it PUBs ``late_bodies`` over HTTP to
+    ``late_http`` (an nsqd that did not have the topic) and waits for those as well, which
+    the Reader can only get by finding that nsqd on a later lookupd poll.
+    """
+    import urllib.request
+
+    late = [unb64(b) for b in params.get("late_bodies", [])]
+    total = params["count"] + len(late)
+    deliveries: list[dict[str, Any]] = []
+    STATE["deliveries"] = deliveries
+    finished = asyncio.Event()
+
+    def publish_late() -> None:
+        for body in late:
+            url = f"http://{params['late_http']}/pub?topic={params['topic']}"
+            with urllib.request.urlopen(urllib.request.Request(url, body), timeout=3) as resp:
+                assert resp.read() == b"OK"
+        STATE["late_published_at"] = now()
+
+    def handler(message: nsq.Message) -> Any:
+        deliveries.append(msg_record(message))
+        if len(deliveries) == params["count"] and late:
+            LOOP.call_soon(publish_late)
+        if len(deliveries) >= total:
+            LOOP.call_later(params.get("linger", 0.2), finished.set)
+        return True
+
+    reader = PeerReader(
+        topic=params["topic"],
+        channel=params["channel"],
+        lookupd_http_addresses=list(params["lookupd"]),
+        lookupd_poll_interval=params.get("poll_interval", 1),
+        message_handler=handler,
+        max_in_flight=params.get("max_in_flight", 10),
+    )
+    await finished.wait()
+    connections = sorted(reader.conns)
+    close_reader(reader)
+    return {"deliveries": deliveries, "connections": connections}
+
+
 SCENARIOS = {
     "publish": sc_publish,
     "publish_errors": sc_publish_errors,
@@ -491,6 +539,7 @@ SCENARIOS = {
     "close_inflight": sc_close_inflight,
     "identify": sc_identify,
     "deflate": sc_deflate,
+    "lookupd_consume": sc_lookupd_consume,
 }
 
 
