@@ -746,3 +746,20 @@ def _no_fd_leaks() -> Iterator[None]:
     before = len(os.listdir("/proc/self/fd"))
     yield
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_commit_job_makes_data_durable_without_moving_positions(tmp_path: Path) -> None:
+    """Durable mode's group commit: fsync the records, leave metadata to the next sync."""
+    q = open_q(tmp_path, track_acks=True)
+    q.put([rec(1), rec(2)])
+    assert q.needs_commit
+    before = meta_file(tmp_path).read_bytes() if meta_file(tmp_path).exists() else None
+    job = q.commit_job()
+    assert not q.needs_commit and q.dirty  # positions still want a full sync
+    job.run()
+    q.sync_done(job)
+    after = meta_file(tmp_path).read_bytes() if meta_file(tmp_path).exists() else None
+    assert after == before
+    q.sync_now()
+    assert meta_file(tmp_path).read_bytes().startswith(b"2\n")
+    q.close()

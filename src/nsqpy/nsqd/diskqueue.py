@@ -133,8 +133,11 @@ class SyncJob:
         dir_path: str | None,
         fence: _Fence,
         seq: int,
+        *,
+        data_only: bool = False,
     ) -> None:
         self._meta_path = meta_path
+        self.data_only = data_only
         self._text = _format_meta(meta)
         self._fd = fd
         self.dir_path = dir_path
@@ -147,7 +150,8 @@ class SyncJob:
         """fsync the data, then write the metadata atomically; raises DiskQueueError."""
         try:
             self._fsync_data()
-            self._write_meta()
+            if not self.data_only:
+                self._write_meta()
             if self.dir_path is not None:
                 _fsync_dir(self.dir_path)
         except OSError as exc:
@@ -316,6 +320,7 @@ class DiskQueue:
         self._reader: _SegmentReader | None = None
         self._write_fd: int | None = None
         self._count = 0  # puts and reads since the last sync job
+        self._unsynced = False  # records written since the last job fsynced the data
         self._force = False  # a sync is due regardless of the count
         self._moved = False  # the persisted read position moved (finish)
         self._new_segment = False  # a segment was created since the last sync job
@@ -480,6 +485,7 @@ class DiskQueue:
         self._write_pos = pos
         self.depth += i - start
         self._count += i - start
+        self._unsynced = True
         return i
 
     def _roll(self) -> None:
@@ -716,6 +722,32 @@ class DiskQueue:
         """Anything written, read or finished since the last sync job."""
         return self._force or self._moved or self._count > 0
 
+    @property
+    def needs_commit(self) -> bool:
+        """Records were written that no job has fsynced yet (durable mode's commits)."""
+        return self._unsynced
+
+    def commit_job(self) -> SyncJob:
+        """A job that only makes the written records durable: fsync of the data (and of the
+        directory when a segment is new). Positions are left to the next full ``sync_job``; a
+        crash before it replays from older positions, which duplicates but never loses."""
+        try:
+            fd = os.dup(self._write_fd) if self._write_fd is not None else None
+        except OSError as exc:
+            raise DiskQueueError(f"failed to sync - {exc}") from exc
+        dir_path = self.data_path if self._new_segment else None
+        job = SyncJob(
+            self._meta_path,
+            self._persisted_meta(),
+            fd,
+            dir_path,
+            self._fence,
+            self._seq,
+            data_only=True,
+        )
+        self._unsynced = self._new_segment = False
+        return job
+
     def sync_job(self) -> SyncJob:
         """Snapshot the state to persist now; run the job on any thread, then ``sync_done``."""
         try:
@@ -726,7 +758,7 @@ class DiskQueue:
         self._seq += 1
         job = SyncJob(self._meta_path, self._persisted_meta(), fd, dir_path, self._fence, self._seq)
         self._count = 0
-        self._force = self._moved = self._new_segment = False
+        self._force = self._moved = self._new_segment = self._unsynced = False
         return job
 
     def _persisted_meta(self) -> _Meta:
@@ -743,8 +775,11 @@ class DiskQueue:
         job.release()
         if not job.completed:
             self._force = True  # try again
+            self._unsynced = True
             self._new_segment = self._new_segment or job.dir_path is not None
             return
+        if job.data_only:
+            return  # positions were not persisted: nothing may be deleted yet
         held = self._held
         while held and held[0] < job.read_file:
             self._remove_segment(held.popleft())

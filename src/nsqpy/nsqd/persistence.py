@@ -52,6 +52,8 @@ class DiskStore(DiskHooks):
         self._waiting: list[Commit] = []
         self._running: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._full_due = False  # the next round writes positions too (--sync-timeout)
+        self._sync_due = False  # a queue reached --sync-every
         self._closed = False
 
     def open_queue(self, name: str) -> DiskQueue:
@@ -75,7 +77,8 @@ class DiskStore(DiskHooks):
             return
         self._dirty[id(backend)] = backend
         self.set_health("OK")
-        if self.durable or backend.needs_sync:
+        if backend.needs_sync:
+            self._sync_due = True
             self._kick()
 
     def touched(self, backend: Backend) -> None:
@@ -83,6 +86,7 @@ class DiskStore(DiskHooks):
             return
         self._dirty[id(backend)] = backend
         if backend.needs_sync:
+            self._sync_due = True
             self._kick()
 
     def after_commit(self, callback: Commit) -> None:
@@ -99,20 +103,34 @@ class DiskStore(DiskHooks):
     def _tick(self) -> None:
         """--sync-timeout: sync whatever is dirty even if --sync-every was not reached."""
         if self._dirty:
+            self._full_due = True
             self._kick()
         if not self._closed:
             self._timer = self.loop.call_later(self.sync_timeout, self._tick)
 
     def _kick(self) -> None:
-        if self._running is None and not self._closed and (self._dirty or self._waiting):
+        """Start a round if none runs and there is work: waiting publishers, a queue past
+        --sync-every, or the --sync-timeout tick."""
+        if self._running is not None or self._closed:
+            return
+        if self._waiting or self._sync_due or self._full_due:
             self._running = self.loop.create_future()
             self.loop.call_soon(self._round)
 
     def _round(self) -> None:
-        queues = [q for q in self._dirty.values() if q.dirty]
-        self._dirty.clear()
+        """One sync round. In durable mode a round that only serves waiting publishers fsyncs
+        just the data; positions (metadata) are written on --sync-every / --sync-timeout."""
+        full_due, self._full_due = self._full_due, False
+        self._sync_due = False
+        jobs: list[tuple[DiskQueue, SyncJob]] = []
+        for queue in list(self._dirty.values()):
+            if full_due or not self.durable or queue.needs_sync:
+                if queue.dirty:
+                    jobs.append((queue, queue.sync_job()))
+                del self._dirty[id(queue)]
+            elif queue.needs_commit:
+                jobs.append((queue, queue.commit_job()))  # stays dirty for the next full sync
         waiting, self._waiting = self._waiting, []
-        jobs = [(q, q.sync_job()) for q in queues]
         future = self.loop.run_in_executor(self._executor, _run_jobs, [j for _, j in jobs])
         future.add_done_callback(lambda f: self._round_done(f, jobs, waiting))
 
