@@ -2,41 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import signal
 import sys
 
-from nsqpy._internal import logs
+from nsqpy._internal import daemon, logs
 from nsqpy.nsqd.app import NSQD, StartupError
-from nsqpy.nsqd.options import NsqdOptions, parse_nsqd_args
-
-
-async def _serve(opts: NsqdOptions) -> int:
-    log = logs.setup("nsqpy.nsqd", opts.log_prefix, opts.log_level)
-    # Handlers first: a signal that arrives while listeners are coming up still stops cleanly.
-    stop_requested = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop_requested.set)
-    nsqd = NSQD(opts)
-    try:
-        await nsqd.start()
-    except StartupError as err:
-        log.critical("%s", err)
-        await nsqd.stop()
-        return 1
-    await stop_requested.wait()
-    await nsqd.stop()
-    return 0
-
-
-def _new_loop_runner() -> asyncio.Runner:
-    try:
-        import uvloop
-    except ImportError:  # uvloop is optional: plain asyncio still works
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+from nsqpy.nsqd.options import parse_nsqd_args
 
 
 def tune_gc() -> None:
@@ -54,8 +25,8 @@ def tune_gc() -> None:
 def main(argv: list[str] | None = None) -> int:
     opts = parse_nsqd_args(sys.argv[1:] if argv is None else argv)
     tune_gc()
-    with _new_loop_runner() as runner:
-        return runner.run(_serve(opts))
+    log = logs.setup("nsqpy.nsqd", opts.log_prefix, opts.log_level)
+    return daemon.run(lambda: NSQD(opts), StartupError, lambda err: log.critical("%s", err))
 
 
 if __name__ == "__main__":
