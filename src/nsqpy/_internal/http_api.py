@@ -25,6 +25,7 @@ at the details, so this module reproduces them:
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -492,3 +493,45 @@ class Router:
     def make_app(self) -> web.Application:
         """An aiohttp application served entirely by this router."""
         return web.Application(middlewares=[self.middleware])
+
+
+# -- Go's pprof routes, as placeholders ------------------------------------------------------
+_PPROF_PROFILES: Final = ("block", "goroutine", "heap", "threadcreate")
+
+
+def text_response(status: int, text: str) -> web.Response:
+    """Plain text as Go's net/http writes it (sniffed type, ``nosniff``)."""
+    return web.Response(
+        status=status,
+        body=text.encode(),
+        headers={"Content-Type": TEXT_CONTENT_TYPE, "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def add_pprof_placeholders(router: Router, daemon: str, index_path: str) -> None:
+    """Answer Go's ``/debug/pprof`` routes: the arguments for ``cmdline``, a pointer to Python
+    profilers for the rest (nsqd's index has a trailing slash, nsqlookupd's has none)."""
+    unavailable = (
+        "nsqpy is Python: Go's pprof profiles are not available.\n"
+        f"Profile a running nsqpy {daemon} with py-spy (py-spy top --pid <pid>) or pyinstrument.\n"
+    )
+    names = ", ".join(("cmdline", "profile", "symbol", *_PPROF_PROFILES))
+
+    async def index(request: web.Request, params: Params) -> web.StreamResponse:
+        return text_response(200, f"{unavailable}Unavailable here: {names}.\n")
+
+    async def cmdline(request: web.Request, params: Params) -> web.StreamResponse:
+        return text_response(200, "\x00".join(sys.argv))  # Go's pprof.Cmdline
+
+    async def missing(request: web.Request, params: Params) -> web.StreamResponse:
+        return text_response(501, unavailable)
+
+    router.add("GET", index_path, index)
+    router.add("GET", "/debug/pprof/cmdline", cmdline)
+    for method, path in (
+        ("GET", "/debug/pprof/symbol"),
+        ("POST", "/debug/pprof/symbol"),
+        ("GET", "/debug/pprof/profile"),
+        *(("GET", f"/debug/pprof/{name}") for name in _PPROF_PROFILES),
+    ):
+        router.add(method, path, missing)

@@ -13,7 +13,6 @@ import gc
 import json
 import logging
 import socket
-import sys
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -22,11 +21,11 @@ from aiohttp import web
 from nsqpy._internal.goflag import GoNumError, parse_go_int
 from nsqpy._internal.http_api import (
     JSON_NULL,
-    TEXT_CONTENT_TYPE,
     ApiError,
     Params,
     QueryParams,
     Router,
+    add_pprof_placeholders,
     read_limited,
 )
 from nsqpy._internal.logs import LEVELS
@@ -55,12 +54,6 @@ _NIL_WHEN_EMPTY: Final = frozenset({"e2e_processing_latency_percentiles"})
 #: Go's http.Request.ParseForm reads at most this much of a form body.
 _MAX_FORM_BODY: Final = 10 << 20
 
-_PPROF_PROFILES: Final = ("block", "goroutine", "heap", "threadcreate")
-_PPROF_UNAVAILABLE: Final = (
-    "nsqpy is Python: Go's pprof profiles are not available.\n"
-    "Profile a running nsqpy nsqd with py-spy (py-spy top --pid <pid>) or pyinstrument.\n"
-)
-
 
 class NsqdHttpApi:
     """The handlers of one nsqd, registered on an httprouter-style ``Router``."""
@@ -86,15 +79,7 @@ class NsqdHttpApi:
 
     def _register_debug(self) -> None:
         r = self.router
-        r.add("GET", "/debug/pprof/", self.pprof_index)
-        r.add("GET", "/debug/pprof/cmdline", self.pprof_cmdline)
-        for method, path in (
-            ("GET", "/debug/pprof/symbol"),
-            ("POST", "/debug/pprof/symbol"),
-            ("GET", "/debug/pprof/profile"),
-            *(("GET", f"/debug/pprof/{name}") for name in _PPROF_PROFILES),
-        ):
-            r.add(method, path, self.pprof_unavailable)
+        add_pprof_placeholders(r, "nsqd", "/debug/pprof/")
         r.plain_text("PUT", "/debug/setblockrate", self.set_block_rate)
         r.plain_text("POST", "/debug/freememory", self.free_memory)
 
@@ -405,18 +390,6 @@ class NsqdHttpApi:
             raise ApiError(400, "INVALID_OPTION")
 
     # -- debug --------------------------------------------------------------------------------
-    async def pprof_index(self, request: web.Request, params: Params) -> web.StreamResponse:
-        names = ", ".join(("cmdline", "profile", "symbol", *_PPROF_PROFILES))
-        text = f"{_PPROF_UNAVAILABLE}Unavailable here: {names}.\n"
-        return _text_response(200, text)
-
-    async def pprof_cmdline(self, request: web.Request, params: Params) -> web.StreamResponse:
-        # Go's pprof.Cmdline: the arguments, NUL-separated.
-        return _text_response(200, "\x00".join(sys.argv))
-
-    async def pprof_unavailable(self, request: web.Request, params: Params) -> web.StreamResponse:
-        return _text_response(501, _PPROF_UNAVAILABLE)
-
     async def set_block_rate(self, request: web.Request, params: Params) -> object:
         raw = await _form_value(request, "rate")
         try:
@@ -466,14 +439,6 @@ async def _form_value(request: web.Request, key: str) -> str:
         if value is not None:
             return value
     return ""
-
-
-def _text_response(status: int, text: str) -> web.Response:
-    return web.Response(
-        status=status,
-        body=text.encode(),
-        headers={"Content-Type": TEXT_CONTENT_TYPE, "X-Content-Type-Options": "nosniff"},
-    )
 
 
 def make_app(nsqd: NSQD) -> web.Application:

@@ -8,17 +8,16 @@ shapes are Go's: a Go map marshals with sorted keys, a struct in field order; ev
 from __future__ import annotations
 
 import logging
-import sys
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from nsqpy._internal.http_api import (
-    TEXT_CONTENT_TYPE,
     ApiError,
     Params,
     QueryParams,
     Router,
+    add_pprof_placeholders,
 )
 from nsqpy.nsqlookupd.registry import PeerInfo, Producer
 from nsqpy.protocol.constants import NSQ_VERSION
@@ -28,12 +27,6 @@ if TYPE_CHECKING:
     from nsqpy.nsqlookupd.app import NSQLookupd
 
 log = logging.getLogger("nsqpy.nsqlookupd")
-
-_PPROF_PROFILES: Final = ("block", "goroutine", "heap", "threadcreate")
-_PPROF_UNAVAILABLE: Final = (
-    "nsqpy is Python: Go's pprof profiles are not available.\n"
-    "Profile a running nsqpy nsqlookupd with py-spy (py-spy top --pid <pid>) or pyinstrument.\n"
-)
 
 
 def _query(request: web.Request) -> QueryParams:
@@ -105,19 +98,7 @@ class LookupdHttpApi:
         r.v1("POST", "/channel/create", self.channel_create)
         r.v1("POST", "/channel/delete", self.channel_delete)
         r.v1("POST", "/topic/tombstone", self.topic_tombstone)
-        self._register_pprof()
-
-    def _register_pprof(self) -> None:
-        r = self.router
-        r.add("GET", "/debug/pprof", self.pprof_index)  # no trailing slash, unlike nsqd
-        r.add("GET", "/debug/pprof/cmdline", self.pprof_cmdline)
-        for method, path in (
-            ("GET", "/debug/pprof/symbol"),
-            ("POST", "/debug/pprof/symbol"),
-            ("GET", "/debug/pprof/profile"),
-            *(("GET", f"/debug/pprof/{name}") for name in _PPROF_PROFILES),
-        ):
-            r.add(method, path, self.pprof_unavailable)
+        add_pprof_placeholders(self.router, "nsqlookupd", "/debug/pprof")  # no trailing slash
 
     @property
     def _timeouts(self) -> tuple[int, int]:
@@ -199,25 +180,6 @@ class LookupdHttpApi:
             raise ApiError(404, "CHANNEL_NOT_FOUND")
         log.info("DB: removing channel(%s) from topic(%s)", channel, topic)
         return None
-
-    # -- pprof placeholders -------------------------------------------------------------------
-    async def pprof_index(self, request: web.Request, params: Params) -> web.StreamResponse:
-        names = ", ".join(("cmdline", "profile", "symbol", *_PPROF_PROFILES))
-        return _text_response(200, f"{_PPROF_UNAVAILABLE}Unavailable here: {names}.\n")
-
-    async def pprof_cmdline(self, request: web.Request, params: Params) -> web.StreamResponse:
-        return _text_response(200, "\x00".join(sys.argv))  # Go's pprof.Cmdline
-
-    async def pprof_unavailable(self, request: web.Request, params: Params) -> web.StreamResponse:
-        return _text_response(501, _PPROF_UNAVAILABLE)
-
-
-def _text_response(status: int, text: str) -> web.Response:
-    return web.Response(
-        status=status,
-        body=text.encode(),
-        headers={"Content-Type": TEXT_CONTENT_TYPE, "X-Content-Type-Options": "nosniff"},
-    )
 
 
 def make_app(lookupd: NSQLookupd) -> web.Application:
