@@ -18,6 +18,7 @@ import datetime as _dt
 import enum
 import re
 import sys
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, NoReturn
@@ -548,3 +549,53 @@ __all__ = [
     "parse_go_float",
     "parse_go_int",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# A daemon's command line: flags, --version, --config
+# ---------------------------------------------------------------------------------------------
+
+
+def load_config_file(path: str) -> dict[str, object]:
+    """Read a TOML config file; ValueError carries NSQ's message on failure."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ValueError(f"failed to load config file {path} - {err}") from None
+
+
+def normalise_config_value(
+    cfg: dict[str, object], key: str, parse: Callable[[str], object]
+) -> None:
+    """Check one config-file value with ``parse``; ValueError ``failed parsing <key> <v>``."""
+    if key not in cfg:
+        return
+    text = format_go_value(cfg[key])
+    try:
+        cfg[key] = parse(text)
+    except ValueError:
+        raise ValueError(f"failed parsing {key} {text}") from None
+
+
+def parse_command_line(
+    fs: FlagSet,
+    argv: Sequence[str],
+    *,
+    version: str,
+    validate_config: Callable[[dict[str, object]], dict[str, object]],
+    fatal: Callable[[str], NoReturn],
+) -> tuple[ParsedFlags, dict[str, object]]:
+    """Flags, then ``--version`` (print, exit 0), then the ``--config`` file, validated.
+
+    Usage errors exit 2 (``fs.parse``); a bad config file goes to ``fatal``.
+    """
+    parsed = fs.parse(argv)
+    if parsed["version"]:
+        print(version)
+        raise SystemExit(0)
+    path = str(parsed["config"])
+    try:
+        return parsed, validate_config(load_config_file(path) if path else {})
+    except ValueError as err:
+        fatal(str(err))

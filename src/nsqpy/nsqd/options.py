@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import socket
-import tomllib
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,8 +23,9 @@ from nsqpy._internal.goflag import (
     ParsedFlags,
     exit_fatal,
     format_go_float,
-    format_go_value,
     go_quote,
+    normalise_config_value,
+    parse_command_line,
     parse_go_bool,
 )
 from nsqpy._internal.logs import parse_level
@@ -460,15 +460,6 @@ CFG_NAMES: Final[frozenset[str]] = frozenset(
 # ---------------------------------------------------------------------------------------------
 
 
-def load_config_file(path: str) -> dict[str, object]:
-    """Read a TOML config file; OptionsError carries nsqd's message on failure."""
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise OptionsError(f"failed to load config file {path} - {err}") from None
-
-
 def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
     """nsqd's special config-file checks; returns the cfg with those values normalised.
 
@@ -476,28 +467,17 @@ def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
     value is dropped), log_level a lowercase name. OptionsError: ``failed parsing <key> <v>``.
     """
     out = dict(cfg)
-    if "tls_required" in out:
-        raw = out["tls_required"]
-        try:
-            out["tls_required"] = str(parse_tls_required(format_go_value(raw)))
-        except ValueError:
-            raise OptionsError(f"failed parsing tls_required {format_go_value(raw)}") from None
+    try:
+        normalise_config_value(out, "tls_required", lambda t: str(parse_tls_required(t)))
+        normalise_config_value(out, "tls_min_version", parse_tls_min_version)
+        normalise_config_value(out, "log_level", parse_log_level)
+    except ValueError as err:
+        raise OptionsError(str(err)) from None
     if "tls_min_version" in out:
-        raw = out["tls_min_version"]
-        try:
-            version = parse_tls_min_version(format_go_value(raw))
-        except ValueError:
-            raise OptionsError(f"failed parsing tls_min_version {format_go_value(raw)}") from None
-        if version is None:
+        if out["tls_min_version"] is None:
             del out["tls_min_version"]
         else:
-            out["tls_min_version"] = str(version)
-    if "log_level" in out:
-        raw = out["log_level"]
-        try:
-            out["log_level"] = parse_log_level(format_go_value(raw))
-        except ValueError:
-            raise OptionsError(f"failed parsing log_level {format_go_value(raw)}") from None
+            out["tls_min_version"] = str(out["tls_min_version"])
     return out
 
 
@@ -550,15 +530,9 @@ def parse_nsqd_args(argv: Sequence[str]) -> NsqdOptions:
     """Turn nsqd's command line (without argv[0]) into validated options, exiting like nsqd
     on errors: usage errors exit 2, ``--help``/``--version`` exit 0, bad values exit 1."""
     fs = nsqd_flag_set()
-    parsed = fs.parse(argv)
-    if parsed["version"]:
-        print(version_string())
-        raise SystemExit(0)
-    config_path = str(parsed["config"])
-    try:
-        cfg = validate_config(load_config_file(config_path) if config_path else {})
-    except OptionsError as err:
-        _fatal(str(err))
+    parsed, cfg = parse_command_line(
+        fs, argv, version=version_string(), validate_config=validate_config, fatal=_fatal
+    )
     try:
         opts = resolve_options(fs, parsed, cfg)
     except ConfigError as err:

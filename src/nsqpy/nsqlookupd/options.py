@@ -9,7 +9,6 @@ codes. Fields are named by their config key; durations are int nanoseconds.
 from __future__ import annotations
 
 import socket
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
@@ -21,7 +20,8 @@ from nsqpy._internal.goflag import (
     FlagSet,
     ParsedFlags,
     exit_fatal,
-    format_go_value,
+    normalise_config_value,
+    parse_command_line,
 )
 from nsqpy._internal.logs import parse_level
 from nsqpy._version import __version__
@@ -91,24 +91,13 @@ def nsqlookupd_flag_set(defaults: NsqlookupdOptions | None = None) -> FlagSet:
     return fs
 
 
-def load_config_file(path: str) -> dict[str, object]:
-    """Read a TOML config file; OptionsError carries nsqlookupd's message on failure."""
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise OptionsError(f"failed to load config file {path} - {err}") from None
-
-
 def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
     """nsqlookupd's only config-file check: ``log_level`` (normalised to lowercase)."""
     out = dict(cfg)
-    if "log_level" in out:
-        raw = out["log_level"]
-        try:
-            out["log_level"] = parse_log_level(format_go_value(raw))
-        except ValueError:
-            raise OptionsError(f"failed parsing log_level {format_go_value(raw)}") from None
+    try:
+        normalise_config_value(out, "log_level", parse_log_level)
+    except ValueError as err:
+        raise OptionsError(str(err)) from None
     return out
 
 
@@ -136,15 +125,9 @@ def parse_nsqlookupd_args(argv: Sequence[str]) -> NsqlookupdOptions:
     """nsqlookupd's command line (without argv[0]) into options, exiting as nsqlookupd does:
     usage errors exit 2, ``--help``/``--version`` exit 0, bad values exit 1."""
     fs = nsqlookupd_flag_set()
-    parsed = fs.parse(argv)
-    if parsed["version"]:
-        print(version_string())
-        raise SystemExit(0)
-    config_path = str(parsed["config"])
-    try:
-        cfg = validate_config(load_config_file(config_path) if config_path else {})
-    except OptionsError as err:
-        fatal(str(err))
+    parsed, cfg = parse_command_line(
+        fs, argv, version=version_string(), validate_config=validate_config, fatal=fatal
+    )
     try:
         return resolve_options(fs, parsed, cfg)
     except ConfigError as err:
