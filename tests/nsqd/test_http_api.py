@@ -7,87 +7,30 @@ router/envelope/query helpers (``nsqpy._internal.http_api``).
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import re
 import struct
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 from conftest import NsqdFactory, wait_for
-from multidict import CIMultiDictProxy
+from http_reply import JSON_CT, TEXT_CT, V1, HttpApi
 from v2client import RawV2
-from yarl import URL
 
 from nsqpy._internal import gojson
 from nsqpy._internal.http_api import QueryParams, clean_path, sniff_content_type
 from nsqpy.nsqd.app import NSQD
 from nsqpy.nsqd.diskqueue import DiskQueueError
 
-JSON_CT = "application/json; charset=utf-8"
-TEXT_CT = "text/plain; charset=utf-8"
-V1 = "nsq; version=1.0"
 
-
-@dataclass
-class Reply:
-    status: int
-    headers: CIMultiDictProxy[str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-    @property
-    def message(self) -> str:
-        """The code of a V1 error body, checking the envelope headers on the way."""
-        assert self.headers["X-NSQ-Content-Type"] == V1
-        assert self.headers["Content-Type"] == JSON_CT
-        doc = self.json
-        assert list(doc) == ["message"]
-        return str(doc["message"])
-
-    def is_empty_v1_ok(self) -> bool:
-        return (
-            self.status == 200
-            and self.body == b""
-            and self.headers.get("X-NSQ-Content-Type") == V1
-            and "Content-Type" not in self.headers
-        )
-
-
-class Api:
-    """Raw HTTP calls to one nsqd; paths are sent exactly as written (no re-encoding)."""
+class Api(HttpApi):
+    """Raw HTTP calls to one nsqd."""
 
     def __init__(self, session: aiohttp.ClientSession, nsqd: NSQD) -> None:
-        self.session = session
+        super().__init__(session, f"http://127.0.0.1:{nsqd.http_port}")
         self.nsqd = nsqd
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        data: Any = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Reply:
-        url = URL(f"http://127.0.0.1:{self.nsqd.http_port}{path}", encoded=True)
-        async with self.session.request(
-            method, url, data=data, headers=headers, allow_redirects=False
-        ) as resp:
-            return Reply(resp.status, resp.headers, await resp.read())
-
-    async def get(self, path: str) -> Reply:
-        return await self.call("GET", path)
-
-    async def post(self, path: str, data: Any = None) -> Reply:
-        return await self.call("POST", path, data)
-
-    async def put(self, path: str, data: Any = None) -> Reply:
-        return await self.call("PUT", path, data)
 
     async def stats(self, query: str = "") -> Any:
         reply = await self.get("/stats?format=json" + query)

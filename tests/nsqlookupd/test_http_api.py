@@ -3,74 +3,22 @@ errors in Go's order and the V1 headers; producers registered through real V1 co
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import pytest
-from multidict import CIMultiDictProxy
-from yarl import URL
+from http_reply import TEXT_CT, HttpApi
 
 from nsqpy.nsqlookupd.app import NSQLookupd
 from nsqpy.nsqlookupd.registry import GO_ZERO_TIME_UNIX_NANO
 
 from .conftest import START_NS, FakeClock, LookupdFactory, V1Client, V1Connect
 
-JSON_CT = "application/json; charset=utf-8"
-TEXT_CT = "text/plain; charset=utf-8"
-V1 = "nsq; version=1.0"
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: CIMultiDictProxy[str]
-    body: bytes
-
-    @property
-    def json(self) -> Any:
-        assert self.headers["X-NSQ-Content-Type"] == V1
-        assert self.headers["Content-Type"] == JSON_CT
-        return json.loads(self.body)
-
-    @property
-    def message(self) -> str:
-        doc = self.json
-        assert list(doc) == ["message"]
-        return str(doc["message"])
-
-    def is_empty_ok(self) -> bool:
-        return (
-            self.status == 200
-            and self.body == b""
-            and self.headers.get("X-NSQ-Content-Type") == V1
-            and "Content-Type" not in self.headers
-        )
-
-
-class Api:
-    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
-        self.session = session
-        self.base = base
-
-    async def __call__(self, method: str, path_and_query: str) -> Reply:
-        url = URL(self.base + path_and_query, encoded=True)
-        async with self.session.request(method, url, allow_redirects=False) as resp:
-            return Reply(resp.status, resp.headers, await resp.read())
-
-    async def get(self, path: str) -> Reply:
-        return await self("GET", path)
-
-    async def post(self, path: str) -> Reply:
-        return await self("POST", path)
-
 
 @pytest.fixture
-async def api(lookupd: NSQLookupd) -> AsyncIterator[Api]:
+async def api(lookupd: NSQLookupd) -> AsyncIterator[HttpApi]:
     async with aiohttp.ClientSession() as session:
-        yield Api(session, f"http://127.0.0.1:{lookupd.http_port}")
+        yield HttpApi(session, f"http://127.0.0.1:{lookupd.http_port}")
 
 
 async def nsqd_peer(connect: V1Connect, name: str, *registrations: bytes) -> V1Client:
@@ -81,31 +29,31 @@ async def nsqd_peer(connect: V1Connect, name: str, *registrations: bytes) -> V1C
     return client
 
 
-async def test_ping_is_plain_text(api: Api) -> None:
+async def test_ping_is_plain_text(api: HttpApi) -> None:
     reply = await api.get("/ping")
     assert (reply.status, reply.body) == (200, b"OK")
     assert reply.headers["Content-Type"] == TEXT_CT
     assert "X-NSQ-Content-Type" not in reply.headers
 
 
-async def test_info(api: Api) -> None:
+async def test_info(api: HttpApi) -> None:
     reply = await api.get("/info")
     assert reply.body == b'{"version":"1.3.0"}'
-    assert reply.json == {"version": "1.3.0"}
+    assert reply.v1_json == {"version": "1.3.0"}
 
 
-async def test_empty_lists_are_never_null(api: Api) -> None:
+async def test_empty_lists_are_never_null(api: HttpApi) -> None:
     assert (await api.get("/topics")).body == b'{"topics":[]}'
     assert (await api.get("/channels?topic=nope")).body == b'{"channels":[]}'
     assert (await api.get("/nodes")).body == b'{"producers":[]}'
     assert (await api.get("/debug")).body == b"{}"
-    assert (await api.post("/topic/create?topic=t")).is_empty_ok()
+    assert (await api.post("/topic/create?topic=t")).is_empty_v1_ok()
     reply = await api.get("/lookup?topic=t")
     assert reply.body == b'{"channels":[],"producers":[]}'
-    assert reply.json == {"channels": [], "producers": []}
+    assert reply.v1_json == {"channels": [], "producers": []}
 
 
-async def test_lookup_errors(api: Api) -> None:
+async def test_lookup_errors(api: HttpApi) -> None:
     assert (await api.get("/lookup")).message == "MISSING_ARG_TOPIC"
     reply = await api.get("/lookup?topic=%zz")
     assert (reply.status, reply.message) == (400, "INVALID_REQUEST")
@@ -116,7 +64,7 @@ async def test_lookup_errors(api: Api) -> None:
 
 
 async def test_lookup_with_producers(
-    api: Api, lookupd: NSQLookupd, connect: V1Connect, clock: FakeClock
+    api: HttpApi, lookupd: NSQLookupd, connect: V1Connect, clock: FakeClock
 ) -> None:
     one = await nsqd_peer(connect, "one", b"REGISTER t c1\n", b"REGISTER t c2\n")
     await nsqd_peer(connect, "two", b"REGISTER t\n")
@@ -126,29 +74,29 @@ async def test_lookup_with_producers(
         b'"tcp_port":4150,"http_port":4151,"version":"1.3.0"}' % one.address.encode()
     )
     assert reply.body.startswith(b'{"channels":["c1","c2"],"producers":[' + expected_one + b",")
-    assert [p["broadcast_address"] for p in reply.json["producers"]] == ["one", "two"]
+    assert [p["broadcast_address"] for p in reply.v1_json["producers"]] == ["one", "two"]
     # An inactive producer (no PING for longer than --inactive-producer-timeout) is hidden.
     clock.advance(301)
     assert await one.command(b"PING\n") == b"OK"
     assert [
-        p["broadcast_address"] for p in (await api.get("/lookup?topic=t")).json["producers"]
+        p["broadcast_address"] for p in (await api.get("/lookup?topic=t")).v1_json["producers"]
     ] == ["one"]
 
 
-async def test_topics_and_channels(api: Api, connect: V1Connect) -> None:
+async def test_topics_and_channels(api: HttpApi, connect: V1Connect) -> None:
     await nsqd_peer(connect, "one", b"REGISTER a x\n", b"REGISTER b\n")
-    assert (await api.post("/channel/create?topic=c&channel=y")).is_empty_ok()
-    assert (await api.get("/topics")).json == {"topics": ["a", "b", "c"]}
-    assert (await api.get("/channels?topic=a")).json == {"channels": ["x"]}
-    assert (await api.get("/channels?topic=c")).json == {"channels": ["y"]}
-    assert (await api.get("/channels?topic=*")).json == {"channels": ["x", "y"]}  # Go's wildcard
+    assert (await api.post("/channel/create?topic=c&channel=y")).is_empty_v1_ok()
+    assert (await api.get("/topics")).v1_json == {"topics": ["a", "b", "c"]}
+    assert (await api.get("/channels?topic=a")).v1_json == {"channels": ["x"]}
+    assert (await api.get("/channels?topic=c")).v1_json == {"channels": ["y"]}
+    assert (await api.get("/channels?topic=*")).v1_json == {"channels": ["x", "y"]}  # Go's wildcard
     assert (await api.get("/channels")).message == "MISSING_ARG_TOPIC"
     assert (await api.get("/channels?topic=a;b")).message == "INVALID_REQUEST"
 
 
-async def test_nodes(api: Api, connect: V1Connect, clock: FakeClock) -> None:
+async def test_nodes(api: HttpApi, connect: V1Connect, clock: FakeClock) -> None:
     one = await nsqd_peer(connect, "one", b"REGISTER t1\n", b"REGISTER t2 c\n")
-    assert (await api.post("/topic/tombstone?topic=t2&node=one:4151")).is_empty_ok()
+    assert (await api.post("/topic/tombstone?topic=t2&node=one:4151")).is_empty_v1_ok()
     reply = await api.get("/nodes")
     assert reply.body == (
         b'{"producers":[{"remote_address":"%s","hostname":"one-host","broadcast_address":"one",'
@@ -157,12 +105,12 @@ async def test_nodes(api: Api, connect: V1Connect, clock: FakeClock) -> None:
     )
     clock.advance(46)
     await one.command(b"PING\n")
-    assert (await api.get("/nodes")).json["producers"][0]["tombstones"] == [False, False]
+    assert (await api.get("/nodes")).v1_json["producers"][0]["tombstones"] == [False, False]
     clock.advance(301)
-    assert (await api.get("/nodes")).json == {"producers": []}
+    assert (await api.get("/nodes")).v1_json == {"producers": []}
 
 
-async def test_debug(api: Api, connect: V1Connect, clock: FakeClock) -> None:
+async def test_debug(api: HttpApi, connect: V1Connect, clock: FakeClock) -> None:
     one = await nsqd_peer(connect, "one", b"REGISTER t\n")
     await api.post("/topic/create?topic=empty")  # no producers: not listed
     clock.advance(5)
@@ -182,24 +130,24 @@ async def test_debug(api: Api, connect: V1Connect, clock: FakeClock) -> None:
     )
 
 
-async def test_topic_create_and_delete(api: Api, connect: V1Connect) -> None:
+async def test_topic_create_and_delete(api: HttpApi, connect: V1Connect) -> None:
     assert (await api.post("/topic/create")).message == "MISSING_ARG_TOPIC"
     reply = await api.post("/topic/create?topic=bad!")
     assert (reply.status, reply.message) == (400, "INVALID_ARG_TOPIC")
     assert (await api.post("/topic/create?topic=%")).message == "INVALID_REQUEST"
     await nsqd_peer(connect, "one", b"REGISTER t c1\n")
-    assert (await api.post("/channel/create?topic=t&channel=c2")).is_empty_ok()
-    assert (await api.post("/topic/create?topic=u")).is_empty_ok()
-    assert (await api.post("/topic/delete?topic=t")).is_empty_ok()
-    assert (await api.get("/topics")).json == {"topics": ["u"]}
-    assert (await api.get("/channels?topic=t")).json == {"channels": []}
+    assert (await api.post("/channel/create?topic=t&channel=c2")).is_empty_v1_ok()
+    assert (await api.post("/topic/create?topic=u")).is_empty_v1_ok()
+    assert (await api.post("/topic/delete?topic=t")).is_empty_v1_ok()
+    assert (await api.get("/topics")).v1_json == {"topics": ["u"]}
+    assert (await api.get("/channels?topic=t")).v1_json == {"channels": []}
     assert (await api.get("/lookup?topic=t")).status == 404
-    assert (await api.post("/topic/delete?topic=never")).is_empty_ok()  # no 404
+    assert (await api.post("/topic/delete?topic=never")).is_empty_v1_ok()  # no 404
     assert (await api.post("/topic/delete")).message == "MISSING_ARG_TOPIC"
 
 
 @pytest.mark.parametrize("action", ["create", "delete"])
-async def test_channel_argument_errors_in_order(api: Api, action: str) -> None:
+async def test_channel_argument_errors_in_order(api: HttpApi, action: str) -> None:
     path = f"/channel/{action}"
     for query, code in [
         ("", "MISSING_ARG_TOPIC"),
@@ -213,26 +161,26 @@ async def test_channel_argument_errors_in_order(api: Api, action: str) -> None:
         assert (reply.status, reply.message) == (400, code), query
 
 
-async def test_channel_create_and_delete(api: Api) -> None:
-    assert (await api.post("/channel/create?topic=t&channel=c")).is_empty_ok()
-    assert (await api.get("/lookup?topic=t")).json == {"channels": ["c"], "producers": []}
-    assert (await api.post("/channel/delete?topic=t&channel=c")).is_empty_ok()
+async def test_channel_create_and_delete(api: HttpApi) -> None:
+    assert (await api.post("/channel/create?topic=t&channel=c")).is_empty_v1_ok()
+    assert (await api.get("/lookup?topic=t")).v1_json == {"channels": ["c"], "producers": []}
+    assert (await api.post("/channel/delete?topic=t&channel=c")).is_empty_v1_ok()
     reply = await api.post("/channel/delete?topic=t&channel=c")
     assert (reply.status, reply.message) == (404, "CHANNEL_NOT_FOUND")
-    assert (await api.get("/topics")).json == {"topics": ["t"]}
+    assert (await api.get("/topics")).v1_json == {"topics": ["t"]}
 
 
-async def test_tombstone(api: Api, connect: V1Connect, clock: FakeClock) -> None:
+async def test_tombstone(api: HttpApi, connect: V1Connect, clock: FakeClock) -> None:
     one = await nsqd_peer(connect, "one", b"REGISTER t\n")
     two = await nsqd_peer(connect, "two", b"REGISTER t\n")
     assert (await api.post("/topic/tombstone")).message == "MISSING_ARG_TOPIC"
     assert (await api.post("/topic/tombstone?topic=t")).message == "MISSING_ARG_NODE"
-    assert (await api.post("/topic/tombstone?topic=t&node=nobody:1")).is_empty_ok()
-    assert (await api.post("/topic/tombstone?topic=t&node=one:4151")).is_empty_ok()
+    assert (await api.post("/topic/tombstone?topic=t&node=nobody:1")).is_empty_v1_ok()
+    assert (await api.post("/topic/tombstone?topic=t&node=one:4151")).is_empty_v1_ok()
 
     async def producers() -> list[str]:
         reply = await api.get("/lookup?topic=t")
-        return [p["broadcast_address"] for p in reply.json["producers"]]
+        return [p["broadcast_address"] for p in reply.v1_json["producers"]]
 
     assert await producers() == ["two"]
     clock.advance(45)
@@ -248,16 +196,16 @@ async def test_tombstone_lifetime_option(lookupd_factory: LookupdFactory, clock:
         await client.identify(broadcast_address="one")
         await client.command(b"REGISTER t\n")
         async with aiohttp.ClientSession() as session:
-            api = Api(session, f"http://127.0.0.1:{short.http_port}")
+            api = HttpApi(session, f"http://127.0.0.1:{short.http_port}")
             await api.post("/topic/tombstone?topic=t&node=one:4151")
-            assert (await api.get("/lookup?topic=t")).json["producers"] == []
+            assert (await api.get("/lookup?topic=t")).v1_json["producers"] == []
             clock.advance(1)
-            assert len((await api.get("/lookup?topic=t")).json["producers"]) == 1
+            assert len((await api.get("/lookup?topic=t")).v1_json["producers"]) == 1
     finally:
         await client.close()
 
 
-async def test_router_behaviour(api: Api) -> None:
+async def test_router_behaviour(api: HttpApi) -> None:
     reply = await api.get("/topic/create?topic=t")
     assert (reply.status, reply.message) == (405, "METHOD_NOT_ALLOWED")
     assert reply.headers["Allow"] == "OPTIONS, POST"
@@ -269,7 +217,7 @@ async def test_router_behaviour(api: Api) -> None:
     assert (reply.status, reply.headers["Location"]) == (301, "/topics")
 
 
-async def test_pprof_index_has_no_trailing_slash(api: Api) -> None:
+async def test_pprof_index_has_no_trailing_slash(api: HttpApi) -> None:
     reply = await api.get("/debug/pprof")
     assert reply.status == 200
     assert reply.headers["Content-Type"] == TEXT_CT
