@@ -1,0 +1,196 @@
+"""A blocking facade for scripts and Spark executors, over the same asyncio implementation.
+
+One background thread runs an event loop; every call is submitted to it and waited for. No
+second copy of the protocol logic exists: ``Producer`` and ``Consumer`` here only forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Coroutine, Iterator, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from nsqpy.client import consumer as aconsumer
+from nsqpy.client import producer as aproducer
+from nsqpy.client.config import Config
+from nsqpy.client.message import Message as AsyncMessage
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop (uvloop when installed) on a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="nsqpy-loop",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, func: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(func, *args)
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class Producer:
+    """Blocking ``Producer``: same arguments, same methods, no ``await``."""
+
+    def __init__(self, nsqd_tcp_addresses: str | Sequence[str], **kwargs: Any) -> None:
+        self._thread = LoopThread()
+
+        async def make() -> aproducer.Producer:
+            return aproducer.Producer(nsqd_tcp_addresses, **kwargs)
+
+        self._producer = self._thread.run(make())
+
+    def __enter__(self) -> Self:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        self._thread.run(self._producer.connect())
+
+    def publish(self, topic: str, body: bytes) -> None:
+        self._thread.run(self._producer.publish(topic, body))
+
+    def multi_publish(self, topic: str, bodies: Sequence[bytes]) -> None:
+        self._thread.run(self._producer.multi_publish(topic, bodies))
+
+    def deferred_publish(self, topic: str, body: bytes, delay: float) -> None:
+        self._thread.run(self._producer.deferred_publish(topic, body, delay))
+
+    def close(self) -> None:
+        if not self._thread.loop.is_closed():
+            self._thread.run(self._producer.close())
+            self._thread.stop()
+
+
+class Message:
+    """A message whose answers are handed to the loop thread (safe from any thread)."""
+
+    __slots__ = ("_loop", "_msg")
+
+    def __init__(self, msg: AsyncMessage, loop: LoopThread) -> None:
+        self._msg = msg
+        self._loop = loop
+
+    @property
+    def id(self) -> bytes:
+        return self._msg.id
+
+    @property
+    def body(self) -> bytes:
+        return self._msg.body
+
+    @property
+    def timestamp(self) -> int:
+        return self._msg.timestamp
+
+    @property
+    def attempts(self) -> int:
+        return self._msg.attempts
+
+    @property
+    def nsqd_address(self) -> str:
+        return self._msg.nsqd_address
+
+    def finish(self) -> None:
+        self._loop.call(self._msg.finish)
+
+    def requeue(self, delay: float | None = None, *, backoff: bool = True) -> None:
+        self._loop.call(lambda: self._msg.requeue(delay, backoff=backoff))
+
+    def touch(self) -> None:
+        self._loop.call(self._msg.touch)
+
+
+class Consumer:
+    """Blocking ``Consumer``: iterate it (or call ``get``) and answer each message."""
+
+    def __init__(self, topic: str, channel: str, **kwargs: Any) -> None:
+        if "handler" in kwargs:
+            raise TypeError("the blocking Consumer is iterated; it takes no handler")
+        self._thread = LoopThread()
+        self._messages: queue.Queue[AsyncMessage | None] = queue.Queue()
+
+        async def make() -> aconsumer.Consumer:
+            return aconsumer.Consumer(topic, channel, **kwargs)
+
+        self._consumer = self._thread.run(make())
+        self._pump: asyncio.Future[None] | None = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def config(self) -> Config:
+        return self._consumer.config
+
+    def start(self) -> None:
+        self._thread.run(self._consumer.start())
+
+        async def pump() -> None:
+            async for msg in self._consumer:
+                self._messages.put(msg)
+            self._messages.put(None)
+
+        self._pump = asyncio.run_coroutine_threadsafe(pump(), self._thread.loop)  # type: ignore[assignment]
+
+    def get(self, timeout: float | None = None) -> Message | None:
+        """The next message, or None on timeout or once the consumer is closed."""
+        try:
+            msg = self._messages.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if msg is None:
+            self._messages.put(None)
+            return None
+        return Message(msg, self._thread)
+
+    def __iter__(self) -> Iterator[Message]:
+        while (msg := self.get()) is not None:
+            yield msg
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._thread.loop.is_closed():
+            return
+        self._thread.run(self._consumer.close(timeout))
+        self._thread.stop()
+        self._messages.put(None)
