@@ -241,6 +241,11 @@ class NsqdConnection(asyncio.Protocol):
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
 
+    @property
+    def writable(self) -> bool:
+        """False while the transport's buffer is over its high-water mark."""
+        return self._writable.is_set()
+
     async def wait_writable(self) -> None:
         """Return once the transport's buffer is below its high-water mark."""
         if not self._writable.is_set():

@@ -115,6 +115,27 @@ class Producer:
     # --- internals -------------------------------------------------------------------------
 
     async def _send(self, data: bytes) -> None:
+        conn = self._live_connection()
+        if conn is not None:
+            try:
+                await conn.command(data)
+                return
+            except ConnectionClosedError:
+                pass  # that connection just died: the slow path below redials or fails over
+        await self._send_slow(data)
+
+    def _live_connection(self) -> NsqdConnection | None:
+        """The fast path: the connection this publish should use, if it is up and writable."""
+        nodes = self._nodes
+        if self.strategy == "round_robin":
+            conn = nodes[next(self._rr) % len(nodes)].conn
+        else:
+            conn = next((n.conn for n in nodes if n.conn is not None and not n.conn.closed), None)
+        if conn is None or conn.closed or not conn.writable:
+            return None
+        return conn
+
+    async def _send_slow(self, data: bytes) -> None:
         if self._closed:
             raise NotConnectedError("producer is closed")
         last: Exception | None = None
