@@ -190,9 +190,8 @@ class Consumer:
             return
         try:
             handler(msg)
-        except Exception:
-            log.exception("handler failed for message %s", msg.id.decode())
-            msg.requeue()
+        except Exception as exc:  # noqa: BLE001 - a failing handler requeues its message only
+            _handler_failed(msg, exc)
             return
         if msg._auto_response and not msg.responded:
             msg.finish()
@@ -231,9 +230,8 @@ class Consumer:
             assert isinstance(item, Message)
             try:
                 await handler(item)  # type: ignore[misc]
-            except Exception:
-                log.exception("handler failed for message %s", item.id.decode())
-                item.requeue()
+            except Exception as exc:  # noqa: BLE001 - see on_message
+                _handler_failed(item, exc)
                 continue
             if item._auto_response and not item.responded:
                 item.finish()
@@ -284,6 +282,13 @@ class Consumer:
             item = self._queue.get_nowait()
             if isinstance(item, Message):
                 item.requeue(0, backoff=False)
+
+
+def _handler_failed(msg: Message, exc: Exception) -> None:
+    # one line per failure, as go-nsq logs it; the traceback only at debug level
+    log.warning("handler returned error (%r) for msg %s", exc, msg.id.decode())
+    log.debug("handler traceback", exc_info=exc)
+    msg.requeue()
 
 
 async def _cls(conn: NsqdConnection) -> None:
