@@ -1,0 +1,2 @@
+"""The work behind NSQ's utilities (see nsqpy.cli): record splitting, rate limiting, JSON
+filtering, stats aggregation, host selection. The command-line modules only parse options."""
