@@ -96,15 +96,16 @@ async def test_version() -> None:
     assert re.fullmatch(rb"nsqd v1\.3\.0 \(built w/nsqpy-\d+\.\d+\.\d+\S*\)\n", out)
 
 
-async def test_unbuilt_security_flags_refuse_to_start(tmp_path: Path) -> None:
+async def test_bad_tls_certificate_refuses_to_start(tmp_path: Path) -> None:
     code, _, err = await run(
         "--tcp-address=127.0.0.1:0",
         "--http-address=127.0.0.1:0",
         f"--data-path={tmp_path}",
-        "--auth-http-address=127.0.0.1:4181",
+        f"--tls-cert={tmp_path}/missing.pem",
+        f"--tls-key={tmp_path}/missing.key",
     )
     assert code == 1
-    assert b"FATAL: --auth-http-address is not supported yet" in err
+    assert b"FATAL: failed to build TLS config - " in err
 
 
 async def test_unknown_flag_is_a_usage_error() -> None:

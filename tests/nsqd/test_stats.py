@@ -29,6 +29,9 @@ class FakeConn:
     settings: ClientSettings = field(default_factory=ClientSettings)
     remote_address: str = "10.0.0.1:5000"
     pub_counts: dict[str, int] = field(default_factory=dict)
+    tls: bool = False
+    ssl_object: None = None
+    auth_state: None = None
 
 
 def conn(number: int, **settings: object) -> FakeConn:

@@ -161,11 +161,6 @@ async def test_reader_heartbeats_keep_idle_connection(
     assert bodies_of(res["deliveries"]) == [b"after-idle"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nsqpy does not implement snappy/deflate yet; Go nsqd enables both by default "
-    "(--snappy, --deflate) and negotiates what nsqjs asks for",
-)
 @pytest.mark.parametrize("compression", ["snappy", "deflate"])
 async def test_writer_compression(
     nsqd_proc: NsqdProcess, topic: str, channel: str, compression: str

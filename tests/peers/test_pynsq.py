@@ -328,11 +328,6 @@ async def test_max_rdy_count_flag_caps_reader_window(nsqd_proc_factory: Any) -> 
     assert sorted(bodies_of(res["deliveries"])) == sorted(bodies)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nsqpy does not implement deflate yet; Go nsqd has --deflate=true by default and "
-    "answers IDENTIFY deflate=true with deflate_level=3, then an OK over raw DEFLATE",
-)
 async def test_reader_deflate(nsqd_proc: NsqdProcess, topic: str, channel: str) -> None:
     res = await run_peer(
         "pynsq", "deflate", base(nsqd_proc, topic, channel, deflate=True, deflate_level=3)

@@ -122,6 +122,9 @@ class NsqdConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        # Stop parsing after the next response frame: what follows the IDENTIFY reply (and the
+        # OK after TLS) may be compressed and must wait for the codec.
+        self._stop_after_response = False
         self._pending: deque[asyncio.Future[bytes]] = deque()
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -158,7 +161,9 @@ class NsqdConnection(asyncio.Protocol):
 
     async def _handshake(self) -> None:
         self._write_now(MAGIC_V2)
+        self._stop_after_response = True
         reply = await self.command(commands.identify(self.config.identify_body()))
+        self._stop_after_response = False
         self.settings = ServerSettings.parse(reply)
         if self.settings.tls_v1:
             await self._upgrade_tls()
@@ -171,6 +176,8 @@ class NsqdConnection(asyncio.Protocol):
             ok = self._expect_frame()
             self._install_codec(SnappyEncoder(), SnappyDecoder())
             await self._check_ok(ok, "snappy")
+        else:
+            self._process()  # nothing compressed: parse whatever followed
         if self.settings.auth_required:
             await self._authenticate()
         self._start_read_timer()
@@ -178,6 +185,7 @@ class NsqdConnection(asyncio.Protocol):
     async def _upgrade_tls(self) -> None:
         assert self._transport is not None
         ok = self._expect_frame()
+        self._stop_after_response = True
         host = self.config.tls_server_name or split_address(self.address)[0]
         transport = await self._loop.start_tls(
             self._transport, self, self.config.ssl_context(), server_hostname=host
@@ -186,6 +194,7 @@ class NsqdConnection(asyncio.Protocol):
             raise ConnectionClosedError(f"TLS upgrade with {self.address} failed")
         self._transport = transport
         await self._check_ok(ok, "TLS")
+        self._stop_after_response = False
 
     def _install_codec(
         self, encoder: DeflateEncoder | SnappyEncoder, decoder: DeflateDecoder | SnappyDecoder
@@ -375,6 +384,10 @@ class NsqdConnection(asyncio.Protocol):
                 self._on_message(buf, pos + 8, stop)
             elif frame_type == FRAME_TYPE_RESPONSE:
                 self._on_response(bytes(buf[pos + 8 : stop]))
+                if self._stop_after_response:
+                    self._stop_after_response = False
+                    pos = stop
+                    break
             elif frame_type == FRAME_TYPE_ERROR:
                 self._on_error(bytes(buf[pos + 8 : stop]))
             else:

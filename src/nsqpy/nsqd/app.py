@@ -8,17 +8,21 @@ listeners. One event loop owns all state: no threads, no locks.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
 import socket
+import ssl
 import time
 from typing import TYPE_CHECKING, Final
 
+import aiohttp
 from aiohttp import web
 
 from nsqpy._version import __version__
-from nsqpy.nsqd import metadata
+from nsqpy.nsqd import auth, metadata
+from nsqpy.nsqd import tls as nsqd_tls
 from nsqpy.nsqd.broker import Broker, BrokerConfig
 from nsqpy.nsqd.diskqueue import DiskQueue
 from nsqpy.nsqd.lookup import Lookup, identity
@@ -93,6 +97,10 @@ class NSQD:
         self._restoring = False
         self._persist_scheduled = False
         self._pump_scheduled = False
+        self.tls_context: ssl.SSLContext | None = None  # built by start()
+        self.auth_tls_context: ssl.SSLContext | None = None
+        self.auth_enabled = bool(opts.auth_http_addresses)
+        self._auth_session: aiohttp.ClientSession | None = None
         self.limits = ServerLimits(
             max_heartbeat_interval=opts.max_heartbeat_interval // _MS,
             max_output_buffer_size=opts.max_output_buffer_size,
@@ -101,6 +109,7 @@ class NSQD:
             max_msg_timeout=opts.max_msg_timeout // _MS,
             max_rdy_count=opts.max_rdy_count,
             max_deflate_level=opts.max_deflate_level,
+            compression_available=True,
             snappy_enabled=opts.snappy,
             deflate_enabled=opts.deflate,
             auth_required=bool(opts.auth_http_addresses),
@@ -109,14 +118,17 @@ class NSQD:
         self.start_time = int(time.time())
         self.tcp_address = ""
         self.http_address = ""
+        self.https_address = ""
         self.tcp_port = 0
         self.http_port = 0
+        self.https_port = 0
         self.health = "OK"
         self._client_ids = itertools.count(1)
         self._dirty: list[V2Connection] = []
         self._flush_scheduled = False
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_runner: web.AppRunner | None = None
+        self._https_runner: web.AppRunner | None = None
         self._scan_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._stopped = asyncio.Event()
@@ -148,21 +160,8 @@ class NSQD:
 
     # -- lifecycle --------------------------------------------------------------------------
     def check_options(self) -> None:
-        """Refuse what is not built yet; warn about what is accepted but inactive."""
+        """Warn about what is accepted but inactive."""
         opts = self.opts
-        unbuilt = {
-            "--tls-cert": opts.tls_cert,
-            "--tls-key": opts.tls_key,
-            "--tls-root-ca-file": opts.tls_root_ca_file,
-            "--tls-client-auth-policy": opts.tls_client_auth_policy,
-            "--tls-required": opts.tls_required,
-            "--auth-http-address": opts.auth_http_addresses,
-        }
-        for flag, value in unbuilt.items():
-            if value:
-                raise StartupError(
-                    f"{flag} is not supported yet by nsqpy (TLS and AUTH are not built yet)"
-                )
         inactive = {
             "--statsd-address": "statsd output",
             "--e2e-processing-latency-percentile": "end-to-end latency percentiles",
@@ -175,8 +174,21 @@ class NSQD:
             if values[flag]:
                 log.warning("%s given but %s is not active yet in nsqpy", flag, what)
 
+    def _build_tls(self) -> None:
+        opts = self.opts
+        try:
+            self.tls_context = nsqd_tls.server_context(opts)
+        except nsqd_tls.TLSConfigError as err:
+            raise StartupError(f"failed to build TLS config - {err}") from err
+        try:
+            self.auth_tls_context = nsqd_tls.client_context(opts)
+        except nsqd_tls.TLSConfigError as err:
+            raise StartupError(f"failed to build client TLS config - {err}") from err
+        self.limits = dataclasses.replace(self.limits, tls_available=self.tls_context is not None)
+
     async def start(self) -> None:
         self.check_options()
+        self._build_tls()
         log.info("nsqd v%s (built w/nsqpy-%s)", NSQ_VERSION, __version__)
         log.info("ID: %d", self.opts.node_id)
         os.makedirs(self.data_path, exist_ok=True)
@@ -188,6 +200,7 @@ class NSQD:
         self.store.start()
         await self._start_tcp()
         await self._start_http()
+        await self._start_https()
         self._start_lookup()
         self._scan_timer = self.loop.call_later(QUEUE_SCAN_INTERVAL, self._queue_scan)
         self._schedule_pump()
@@ -319,32 +332,77 @@ class NSQD:
         address = self.opts.http_address
         if not address:
             return
+        self._http_runner, sockname = await self._serve_http(address, None, "HTTP")
+        self.http_address = _format_address(sockname)
+        self.http_port = sockname[1] if isinstance(sockname, tuple) else -1
+        log.info("HTTP: listening on %s", self.http_address)
+
+    async def _start_https(self) -> None:
+        """nsqd listens for HTTPS only when a certificate and key are configured."""
+        address = self.opts.https_address
+        if not address or self.tls_context is None:
+            return
+        self._https_runner, sockname = await self._serve_http(address, self.tls_context, "HTTPS")
+        self.https_address = _format_address(sockname)
+        self.https_port = sockname[1] if isinstance(sockname, tuple) else -1
+        log.info("HTTPS: listening on %s", self.https_address)
+
+    async def _serve_http(
+        self, address: str, context: ssl.SSLContext | None, name: str
+    ) -> tuple[web.AppRunner, object]:
         from nsqpy.nsqd.http_api import make_app
 
         runner = web.AppRunner(
-            make_app(self), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
+            make_app(self, tls=context is not None),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SHUTDOWN_GRACE,
         )
         await runner.setup()
         hostport = _split_host_port(address)
         site: web.BaseSite
         if hostport is None:
-            site = web.UnixSite(runner, address)
+            site = web.UnixSite(runner, address, ssl_context=context)
         else:
-            site = web.TCPSite(runner, hostport[0], hostport[1], reuse_address=True)
+            site = web.TCPSite(
+                runner, hostport[0], hostport[1], reuse_address=True, ssl_context=context
+            )
         try:
             await site.start()
         except OSError as err:
             await runner.cleanup()
             raise StartupError(f"listen ({address}) failed - {err}") from err
-        self._http_runner = runner
         server = site._server  # the bound asyncio server, to learn the real port
         if server is None:
-            raise StartupError(f"listen ({address}) failed - no server")
+            await runner.cleanup()
+            raise StartupError(f"listen ({address}) failed - no {name} server")
         sockets: list[socket.socket] = list(getattr(server, "sockets", None) or [])
-        sockname = sockets[0].getsockname()
-        self.http_address = _format_address(sockname)
-        self.http_port = sockname[1] if isinstance(sockname, tuple) else -1
-        log.info("HTTP: listening on %s", self.http_address)
+        return runner, sockets[0].getsockname()
+
+    # -- auth server ----------------------------------------------------------------------------
+    async def query_auth(
+        self, *, remote_ip: str, tls: bool, common_name: str, secret: str
+    ) -> auth.AuthState:
+        """Ask the ``--auth-http-address`` servers (raises ``auth.AuthServerError``)."""
+        if self._auth_session is None or self._auth_session.closed:
+            opts = self.opts
+            self._auth_session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(
+                    total=(opts.http_client_connect_timeout + opts.http_client_request_timeout)
+                    / 1e9,
+                    connect=opts.http_client_connect_timeout / 1e9,
+                )
+            )
+        return await auth.query_any(
+            self._auth_session,
+            list(self.opts.auth_http_addresses),
+            remote_ip=remote_ip,
+            tls=tls,
+            common_name=common_name,
+            secret=secret,
+            ssl_context=self.auth_tls_context,
+            clock=self.loop.time,
+        )
 
     def _queue_scan(self) -> None:
         self.broker.process_timeouts(self.loop.time())
@@ -382,8 +440,9 @@ class NSQD:
             self._tcp_server.close()
         for conn in list(self.clients.values()):
             conn.close()
-        if self._http_runner is not None:
-            await self._http_runner.cleanup()
+        for runner in (self._http_runner, self._https_runner):
+            if runner is not None:
+                await runner.cleanup()
         if self.clients:
             try:
                 async with asyncio.timeout(SHUTDOWN_GRACE):
@@ -397,6 +456,8 @@ class NSQD:
         await asyncio.sleep(0)  # let aborted connections run connection_lost
         if self._tcp_server is not None:
             await self._tcp_server.wait_closed()
+        if self._auth_session is not None:
+            await self._auth_session.close()
         await self._persist_everything()
 
     async def _persist_everything(self) -> None:

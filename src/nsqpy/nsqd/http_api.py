@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from nsqpy._internal.goflag import GoNumError, parse_go_int
 from nsqpy._internal.http_api import (
@@ -31,7 +32,7 @@ from nsqpy._internal.http_api import (
 from nsqpy._internal.logs import LEVELS
 from nsqpy.nsqd import stats
 from nsqpy.nsqd.errors import BrokerError, QueueFull
-from nsqpy.nsqd.options import config_value, parse_log_level, version_string
+from nsqpy.nsqd.options import TLS_REQUIRED, config_value, parse_log_level, version_string
 from nsqpy.protocol.command_reader import parse_mpub
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.errors import ClientError
@@ -441,7 +442,23 @@ async def _form_value(request: web.Request, key: str) -> str:
     return ""
 
 
-def make_app(nsqd: NSQD) -> web.Application:
-    """The aiohttp application serving nsqd's HTTP API."""
+def make_app(nsqd: NSQD, *, tls: bool = False) -> web.Application:
+    """The aiohttp application serving nsqd's HTTP API (``tls``: the HTTPS listener)."""
     stats.install_gc_pause_recorder()
-    return NsqdHttpApi(nsqd).router.make_app()
+    router = NsqdHttpApi(nsqd).router
+    if tls or nsqd.opts.tls_required != TLS_REQUIRED:
+        return router.make_app()
+
+    @web.middleware
+    async def tls_required(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # --tls-required=true: the plain HTTP listener only points at the HTTPS one.
+        return web.Response(
+            status=403,
+            text=f'{{"message": "TLS_REQUIRED", "https_port": {nsqd.https_port}}}',
+            headers={
+                "X-NSQ-Content-Type": "nsq; version=1.0",
+                "Content-Type": "application/json; charset=utf-8",
+            },
+        )
+
+    return web.Application(middlewares=[tls_required])

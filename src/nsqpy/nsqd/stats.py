@@ -30,11 +30,14 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nsqpy._internal.duration import SECOND, format_go_duration
 
 if TYPE_CHECKING:
+    import ssl
+
+    from nsqpy.nsqd.auth import AuthState
     from nsqpy.nsqd.channel import Channel
     from nsqpy.nsqd.client import ClientState
     from nsqpy.nsqd.topic import Topic
@@ -57,6 +60,15 @@ class ClientView(Protocol):
 
     @property
     def pub_counts(self) -> dict[str, int]: ...
+
+    @property
+    def tls(self) -> bool: ...
+
+    @property
+    def ssl_object(self) -> ssl.SSLObject | None: ...
+
+    @property
+    def auth_state(self) -> AuthState | None: ...
 
 
 # -- the hook the e2e latency work will fill in ---------------------------------------------------
@@ -91,6 +103,11 @@ class ClientStats:
     pub_counts: list[tuple[str, int]] = field(default_factory=list)
     tls: bool = False
     version: str = "V2"
+    authed: bool = False
+    auth_identity: str = ""
+    auth_identity_url: str = ""
+    tls_cipher_suite: str = ""
+    tls_version: str = ""
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {
@@ -109,13 +126,19 @@ class ClientStats:
             "deflate": self.deflate,
             "snappy": self.snappy,
             "user_agent": self.user_agent,
-            # authed / auth_identity / auth_identity_url are omitempty: no AUTH yet.
         }
+        # omitempty in nsqd:
+        if self.authed:
+            doc["authed"] = True
+        if self.auth_identity:
+            doc["auth_identity"] = self.auth_identity
+        if self.auth_identity_url:
+            doc["auth_identity_url"] = self.auth_identity_url
         if self.pub_counts:
             doc["pub_counts"] = [{"topic": t, "count": n} for t, n in self.pub_counts]
         doc["tls"] = self.tls
-        doc["tls_cipher_suite"] = ""
-        doc["tls_version"] = ""
+        doc["tls_cipher_suite"] = self.tls_cipher_suite
+        doc["tls_version"] = self.tls_version
         doc["tls_negotiated_protocol"] = ""
         doc["tls_negotiated_protocol_is_mutual"] = False
         return doc
@@ -263,8 +286,29 @@ def client_stats(conn: ClientView, topic_filter: str = "") -> ClientStats:
         snappy=settings.snappy,
         user_agent=settings.user_agent,
         pub_counts=pub_counts,
-        tls=settings.tls_v1,
+        tls=conn.tls,
+        **_auth_fields(conn.auth_state),
+        **_tls_fields(conn.ssl_object if conn.tls else None),
     )
+
+
+def _auth_fields(state: AuthState | None) -> dict[str, Any]:
+    if state is None:
+        return {}
+    return {
+        "authed": bool(state.authorizations),
+        "auth_identity": state.identity,
+        "auth_identity_url": state.identity_url,
+    }
+
+
+def _tls_fields(ssl_object: ssl.SSLObject | None) -> dict[str, Any]:
+    """nsqd's names: ``TLS1.2``-style versions; cipher suites by their IANA/OpenSSL name."""
+    if ssl_object is None:
+        return {}
+    cipher = ssl_object.cipher()
+    version = (ssl_object.version() or "").replace("TLSv", "TLS")
+    return {"tls_cipher_suite": cipher[0] if cipher else "", "tls_version": version}
 
 
 def _channel_stats(

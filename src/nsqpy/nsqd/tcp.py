@@ -11,12 +11,14 @@ ready for messages, which bounds memory for slow consumers.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
 
+from nsqpy.nsqd.auth import AuthServerError, AuthState
 from nsqpy.nsqd.client import (
     STATE_CLOSING,
     STATE_INIT,
@@ -25,7 +27,17 @@ from nsqpy.nsqd.client import (
 )
 from nsqpy.nsqd.errors import BrokerError, InFlightError
 from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.tls import common_name
 from nsqpy.protocol.command_reader import CommandReader, parse_mpub
+from nsqpy.protocol.compression import (
+    CompressionError,
+    DeflateDecoder,
+    DeflateEncoder,
+    SnappyDecoder,
+    SnappyEncoder,
+    StreamDecoder,
+    StreamEncoder,
+)
 from nsqpy.protocol.constants import FRAME_TYPE_MESSAGE, MAGIC_V2, MSG_ID_LENGTH
 from nsqpy.protocol.errors import ClientError, SilentClose
 from nsqpy.protocol.frames import (
@@ -41,6 +53,9 @@ from nsqpy.protocol.names import is_valid_name
 from nsqpy.protocol.text import as_int64, byte_to_base10, go_quote
 
 if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Awaitable
+
     from nsqpy.nsqd.app import NSQD
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -48,6 +63,12 @@ log = logging.getLogger("nsqpy.nsqd")
 _FLUSH_AT: Final = 65536
 _pack_header = MESSAGE_HEADER.pack
 _MS: Final = 1_000_000
+#: Decompressed bytes handed to the command reader per step (bounds a decompression bomb).
+_INFLATE_STEP: Final = 65536
+#: nsqd's TLS handshake deadline.
+_TLS_HANDSHAKE_TIMEOUT: Final = 5.0
+
+Handler = Callable[[list[bytes], bytes | None, float], None]
 
 
 def _invalid(desc: str) -> ClientError:
@@ -81,6 +102,7 @@ class V2Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
         self.remote_ip = ""
+        self._auth_ip = ""  # nsqd sends remote_ip="" for unix-socket clients
         self.pub_counts: dict[str, int] = {}
         self._out = bytearray()
         # Replies queued behind a durable publish still waiting for its fsync (keeps order).
@@ -92,7 +114,21 @@ class V2Connection(asyncio.Protocol):
         self._blocked_since = 0.0  # when the transport last stopped taking writes
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._handlers: dict[bytes, Callable[[list[bytes], bytes | None, float], None]] = {
+        # Upgrades (TLS, compression) and auth-server queries stall command processing:
+        # bytes keep being buffered in the reader, commands wait until ``_resume``.
+        self._stalled = False
+        self._upgrading = False  # TLS handshake under way: nothing may be written
+        self._encoder: StreamEncoder | None = None
+        self._decoder: StreamDecoder | None = None
+        self.tls = False
+        self.ssl_object: ssl.SSLObject | None = None
+        self._tls_gate = nsqd.opts.tls_required != 0
+        self._auth_on = nsqd.auth_enabled
+        self.auth_state: AuthState | None = None
+        self._auth_secret = ""
+        self._task: asyncio.Task[None] | None = None
+        self._lost = False
+        self._all_handlers: dict[bytes, Handler] = {
             b"FIN": self._fin,
             b"RDY": self._rdy,
             b"REQ": self._req,
@@ -106,6 +142,8 @@ class V2Connection(asyncio.Protocol):
             b"IDENTIFY": self._identify,
             b"AUTH": self._auth,
         }
+        # --tls-required: every command but IDENTIFY is refused until the TLS upgrade.
+        self._handlers = {b"IDENTIFY": self._identify} if self._tls_gate else self._all_handlers
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -114,7 +152,7 @@ class V2Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
-            self.remote_ip = host
+            self.remote_ip = self._auth_ip = host
             self.remote_address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         else:
             self.remote_ip = self.remote_address = str(peer or "")
@@ -133,8 +171,34 @@ class V2Connection(asyncio.Protocol):
             data = self._read_magic(data)
             if not data:
                 return
+        if self._decoder is not None:
+            self._inflate(data, now)
+            return
+        self.reader.feed(data)
+        if not self._stalled:
+            self._run(now)
+
+    def _inflate(self, data: bytes, now: float) -> None:
+        """Decompress in bounded steps, running the commands of each step before the next."""
+        decoder = self._decoder
+        assert decoder is not None
         reader = self.reader
-        reader.feed(data)
+        try:
+            while not (self._stalled or self._closing):
+                chunk = decoder.decompress(data, _INFLATE_STEP)
+                data = b""
+                if chunk:
+                    reader.feed(chunk)
+                    self._run(now)
+                if decoder.needs_input:
+                    return
+        except CompressionError as err:
+            log.error("PROTOCOL(V2): [%s] failed to read command - %s", self.remote_address, err)
+            self.close()
+
+    def _run(self, now: float) -> None:
+        """Run every complete command buffered in the reader (until one stalls or closes)."""
+        reader = self.reader
         handlers = self._handlers
         try:
             while True:
@@ -147,14 +211,14 @@ class V2Connection(asyncio.Protocol):
                     break
                 handler = handlers.get(cmd[0])
                 if handler is None:
-                    raise _invalid(f"invalid command {cmd[0].decode('utf-8', 'replace')}")
+                    raise self._unknown(cmd[0])
                 try:
                     handler(cmd[1], cmd[2], now)
                 except ClientError as err:
                     if err.fatal:
                         raise
                     self._send_frame(encode_error(err.wire))
-                if self.is_closing():
+                if self._closing or self._stalled:
                     return
         except ClientError as err:
             log.error("[%s] - %s", self.remote_address, err)
@@ -164,8 +228,19 @@ class V2Connection(asyncio.Protocol):
             log.error("PROTOCOL(V2): [%s] failed to read command - %s", self.remote_address, err)
             self.close()
 
+    def _unknown(self, name: bytes) -> ClientError:
+        text = name.decode("utf-8", "replace")
+        if self._tls_gate and not self.tls:
+            return _invalid(f"cannot {text} in current state (TLS required)")
+        return _invalid(f"invalid command {text}")
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._lost:
+            return
+        self._lost = True
         self._closing = True
+        if self._task is not None:
+            self._task.cancel()
         for timer in (self._heartbeat_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
@@ -308,11 +383,18 @@ class V2Connection(asyncio.Protocol):
     def flush(self) -> None:
         self.flush_pending = False
         if self._out and self.transport is not None and not self.transport.is_closing():
+            if self._upgrading:
+                return  # written over TLS once the handshake is done
             data, self._out = self._out, bytearray()
+            if self._encoder is not None:
+                self.transport.write(self._encoder.compress(bytes(data)))
+                return
             self.transport.write(data)
 
     # -- validation before a body is read -----------------------------------------------
     def _line_check(self, name: bytes, params: list[bytes]) -> None:
+        if self._tls_gate and not self.tls and name != b"IDENTIFY":
+            raise _invalid(f"cannot {name.decode()} in current state (TLS required)")
         if name == b"PUB" or name == b"MPUB":
             cmd = name.decode()
             if len(params) < 2:
@@ -320,6 +402,8 @@ class V2Connection(asyncio.Protocol):
             self._check_topic(cmd, params[1])
             if name == b"MPUB":
                 self.nsqd.broker.get_topic(params[1].decode())
+                if self._auth_on:
+                    self._check_auth_cached("MPUB", params[1].decode(), "")
         elif name == b"DPUB":
             self._check_dpub_line(params)
         elif name == b"IDENTIFY":
@@ -376,18 +460,27 @@ class V2Connection(asyncio.Protocol):
 
     def _pub(self, params: list[bytes], body: bytes | None, now: float) -> None:
         assert body is not None
-        self._publish("PUB", params[1].decode(), [body], 0.0)
+        topic = params[1].decode()
+        if self._auth_on and not self._check_auth(self._pub, params, body, "PUB", topic, ""):
+            return
+        self._publish("PUB", topic, [body], 0.0)
 
     def _mpub(self, params: list[bytes], body: bytes | None, now: float) -> None:
         assert body is not None
         opts = self.nsqd.opts
+        topic = params[1].decode()
+        if self._auth_on and not self._check_auth(self._mpub, params, body, "MPUB", topic, ""):
+            return
         bodies = parse_mpub(body, opts.max_msg_size, opts.max_body_size)
-        self._publish("MPUB", params[1].decode(), bodies, 0.0)
+        self._publish("MPUB", topic, bodies, 0.0)
 
     def _dpub(self, params: list[bytes], body: bytes | None, now: float) -> None:
         assert body is not None
         defer_ms = self._check_dpub_line(params)
-        self._publish("DPUB", params[1].decode(), [body], defer_ms / 1000)
+        topic = params[1].decode()
+        if self._auth_on and not self._check_auth(self._dpub, params, body, "DPUB", topic, ""):
+            return
+        self._publish("DPUB", topic, [body], defer_ms / 1000)
 
     # -- consuming ----------------------------------------------------------------------
     def _sub(self, params: list[bytes], body: bytes | None, now: float) -> None:
@@ -404,6 +497,10 @@ class V2Connection(asyncio.Protocol):
             raise ClientError(
                 "E_BAD_CHANNEL", f"SUB channel name {go_quote(params[2])} is not valid"
             )
+        if self._auth_on and not self._check_auth(
+            self._sub, params, body, "SUB", params[1].decode(), params[2].decode()
+        ):
+            return
         broker = self.nsqd.broker
         topic = broker.get_topic(params[1].decode())
         channel = broker.get_channel(topic, params[2].decode(), now)
@@ -501,7 +598,7 @@ class V2Connection(asyncio.Protocol):
     def _nop(self, params: list[bytes], body: bytes | None, now: float) -> None:
         return None
 
-    # -- IDENTIFY and AUTH -----------------------------------------------------------------
+    # -- IDENTIFY, upgrades and AUTH ---------------------------------------------------------
     def _identify(self, params: list[bytes], body: bytes | None, now: float) -> None:
         assert body is not None
         settings, reply = negotiate(body, self.settings, self.nsqd.limits)
@@ -513,6 +610,181 @@ class V2Connection(asyncio.Protocol):
         self._send_frame(OK_FRAME if reply is None else encode_response(reply))
         if heartbeat_changed:
             self._start_heartbeats()
+        if settings.tls_v1:
+            self.flush()  # the JSON reply goes out in the clear
+            self._stalled = self._upgrading = True
+            self._task = self.loop.create_task(self._upgrade_tls())
+        elif settings.snappy or settings.deflate:
+            self.flush()
+            self._start_compression()
 
+    async def _upgrade_tls(self) -> None:
+        log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
+        context = self.nsqd.tls_context
+        assert context is not None and self.transport is not None
+        try:
+            transport = await self.loop.start_tls(
+                self.transport,
+                self,
+                context,
+                server_side=True,
+                ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT,
+            )
+        except (OSError, TimeoutError, ConnectionError) as err:
+            log.error(
+                "[%s] - E_IDENTIFY_FAILED IDENTIFY failed %s",
+                self.remote_address,
+                str(err) or "timeout",
+            )
+            self._upgrading = False
+            self._out.clear()
+            self.abort()
+            return
+        self._task = None
+        if transport is None or self._closing:
+            return
+        self.transport = transport
+        self.ssl_object = transport.get_extra_info("ssl_object")
+        self.tls = True
+        self._upgrading = False
+        self._handlers = self._all_handlers
+        self._send_frame(OK_FRAME)
+        self.flush()  # this OK is sent over TLS, before any compression starts
+        if self.settings.snappy or self.settings.deflate:
+            self._start_compression()
+        self._resume()
+
+    def _start_compression(self) -> None:
+        settings = self.settings
+        if settings.snappy:
+            log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
+            self._encoder, self._decoder = SnappyEncoder(), SnappyDecoder()
+        else:
+            log.info(
+                "PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)",
+                self.remote_address,
+                settings.deflate_level,
+            )
+            self._encoder = DeflateEncoder(settings.deflate_level)
+            self._decoder = DeflateDecoder()
+        # Bytes already buffered past IDENTIFY were sent before the client saw the upgrade:
+        # nsqd's new reader starts on the stream anew, so do we.
+        self.reader = CommandReader(
+            self.nsqd.opts.max_msg_size, self.nsqd.opts.max_body_size, self._line_check
+        )
+        self._send_frame(OK_FRAME)
+
+    def _resume(self) -> None:
+        """Run what was buffered while stalled, then read again."""
+        self._stalled = False
+        if self._closing:
+            return
+        now = self.loop.time()
+        if self._decoder is not None:
+            self._inflate(b"", now)
+        else:
+            self._run(now)
+        if not self._stalled and self.transport is not None and not self._closing:
+            self.transport.resume_reading()
+
+    def _stall_on(self, work: Awaitable[None]) -> None:
+        """Stop running commands (and reading) until ``work`` is done, then resume."""
+        self._stalled = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+        async def run() -> None:
+            try:
+                await work
+            except ClientError as err:
+                self._task = None
+                log.error("[%s] - %s", self.remote_address, err)
+                self._send_frame(encode_error(err.wire))
+                self.close()
+                return
+            self._task = None
+            self._resume()
+
+        self._task = self.loop.create_task(run())
+
+    # AUTH (nsqd's protocolV2.AUTH / CheckAuth)
     def _auth(self, params: list[bytes], body: bytes | None, now: float) -> None:
-        raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
+        assert body is not None
+        if self.auth_state is not None and self.auth_state.authorizations:
+            raise _invalid("AUTH already set")
+        if not self._auth_on:
+            raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
+        self._auth_secret = body.decode("utf-8", "surrogateescape")
+        self._stall_on(self._authenticate())
+
+    async def _authenticate(self) -> None:
+        await self._query_auth("AUTH failed")
+        state = self.auth_state
+        if state is None or not state.authorizations:
+            raise ClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
+        reply = {
+            "identity": state.identity,
+            "identity_url": state.identity_url,
+            "permission_count": len(state.authorizations),
+        }
+        self._send_frame(encode_response(json.dumps(reply, separators=(",", ":")).encode()))
+
+    async def _query_auth(self, what: str) -> None:
+        try:
+            self.auth_state = await self.nsqd.query_auth(
+                remote_ip=self._auth_ip,
+                tls=self.tls,
+                common_name=common_name(self.ssl_object) if self.tls else "",
+                secret=self._auth_secret,
+            )
+        except AuthServerError as err:
+            # nsqd does not leak auth-server errors to (untrusted) clients: only logged.
+            log.warning("PROTOCOL(V2): [%s] %s - %s", self.remote_address, what, err)
+            raise ClientError("E_AUTH_FAILED", "AUTH failed") from None
+
+    def _check_auth_cached(self, cmd: str, topic: str, channel: str) -> None:
+        """What CheckAuth can decide without the auth server (MPUB checks before its body)."""
+        state = self.auth_state
+        if state is None or not state.authorizations:
+            raise ClientError("E_AUTH_FIRST", f"AUTH required before {cmd}")
+        if not state.is_expired(self.loop.time()) and not state.is_allowed(topic, channel):
+            raise ClientError(
+                "E_UNAUTHORIZED",
+                f"AUTH failed for {cmd} on {go_quote(topic.encode())} {go_quote(channel.encode())}",
+            )
+
+    def _check_auth(
+        self,
+        handler: Handler,
+        params: list[bytes],
+        body: bytes | None,
+        cmd: str,
+        topic: str,
+        channel: str,
+    ) -> bool:
+        """True: allowed. False: the cached answer expired; the command re-runs after a refresh."""
+        self._check_auth_cached(cmd, topic, channel)
+        state = self.auth_state
+        assert state is not None
+        if not state.is_expired(self.loop.time()):
+            return True
+
+        async def refresh_then_retry() -> None:
+            await self._query_auth("AUTH failed")
+            refreshed = self.auth_state
+            assert refreshed is not None
+            if not refreshed.is_allowed(topic, channel):
+                raise ClientError(
+                    "E_UNAUTHORIZED",
+                    f"AUTH failed for {cmd} on {go_quote(topic.encode())} "
+                    f"{go_quote(channel.encode())}",
+                )
+            try:
+                handler(params, body, self.loop.time())
+            except ClientError as err:
+                if err.fatal:
+                    raise
+                self._send_frame(encode_error(err.wire))
+
+        self._stall_on(refresh_then_retry())
+        return False

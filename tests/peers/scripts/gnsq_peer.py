@@ -472,6 +472,85 @@ def sc_lookupd_consume(params: dict[str, Any]) -> dict[str, Any]:
     return {"deliveries": deliveries, "connections": connections}
 
 
+def transport_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """TLS, compression and AUTH options as gnsq takes them."""
+    import ssl
+
+    t = params.get("transport", {})
+    out: dict[str, Any] = {k: t[k] for k in ("snappy", "deflate") if k in t}
+    if "auth_secret" in t:
+        out["auth_secret"] = t["auth_secret"].encode()  # gnsq wants bytes
+    if t.get("tls_v1"):
+        out["tls_v1"] = True
+        tls: dict[str, Any] = {"ca_certs": t["ca"], "cert_reqs": ssl.CERT_REQUIRED}
+        if t.get("cert"):
+            tls.update(certfile=t["cert"], keyfile=t["key"])
+        out["tls_options"] = tls
+    return out
+
+
+def sc_secure(params: dict[str, Any]) -> dict[str, Any]:
+    """Producer PUB + MPUB over the negotiated transport, then a Consumer takes them all."""
+    extra = transport_kwargs(params)
+    bodies = [unb64(b) for b in params["bodies"]]
+    # gnsq 1.0.2's Producer mistakes the OK after an upgrade for a publish reply (KeyError in
+    # Producer.handle_response), so publish with its NsqdTCPClient.
+    conn = tcp_client(params, **extra)
+    conn.connect()
+    identify = conn.identify()
+    conn.publish(params["topic"], bodies[0])
+    responses = [frame_record(*read_frame(conn)).get("data")]
+    conn.multipublish(params["topic"], bodies[1:])
+    responses.append(frame_record(*read_frame(conn)).get("data"))
+    conn.close_stream()
+    if params.get("publish_only"):
+        return {"responses": responses, "identify_response": identify}
+    deliveries: list[dict[str, Any]] = []
+    done = gevent.event.Event()
+    consumer = gnsq.Consumer(
+        params["topic"],
+        params["channel"],
+        nsqd_tcp_addresses=[params["tcp"]],
+        max_in_flight=100,
+        **extra,
+    )
+
+    @consumer.on_message.connect
+    def handler(consumer: Any, message: gnsq.Message) -> None:
+        deliveries.append(msg_record(message))
+        if len(deliveries) >= len(bodies):
+            done.set()
+
+    @consumer.on_error.connect
+    def on_error(consumer: Any, error: Any) -> None:
+        STATE["errors"].append(exc_record(error))
+
+    consumer.start(block=False)
+    done.wait(10)
+    gevent.sleep(0.2)  # let the last FINs go out before closing
+    consumer.close()
+    return {"responses": responses, "identify_response": identify, "deliveries": deliveries}
+
+
+def sc_secure_refused(params: dict[str, Any]) -> dict[str, Any]:
+    """Low-level: IDENTIFY (+ upgrades, AUTH), then PUB or SUB; the error nsqd answers."""
+    extra = transport_kwargs(params)
+    conn = tcp_client(params, **extra)
+    conn.connect()
+    out: dict[str, Any] = {}
+    try:
+        out["identify"] = conn.identify()
+        if params.get("role") == "reader":
+            conn.subscribe(params["topic"], params["channel"])
+        else:
+            conn.publish(params["topic"], b"refused?")
+        out["reply"] = frame_record(*read_frame(conn))
+    except Exception as err:  # noqa: BLE001  (the refusal is the result)
+        out["error"] = exc_record(err)
+    conn.close_stream()
+    return out
+
+
 SCENARIOS = {
     "publish": sc_publish,
     "errors": sc_errors,
@@ -481,6 +560,8 @@ SCENARIOS = {
     "http": sc_http,
     "http_publish": sc_http_publish,
     "lookupd_consume": sc_lookupd_consume,
+    "secure": sc_secure,
+    "secure_refused": sc_secure_refused,
 }
 
 

@@ -483,6 +483,66 @@ async def sc_deflate(params: dict[str, Any]) -> dict[str, Any]:
     return {"identify_response": data, "response": response, "deliveries": deliveries}
 
 
+def transport_kwargs(params: dict[str, Any]) -> dict[str, Any]:
+    """TLS, compression and AUTH options as pynsq takes them."""
+    t = params.get("transport", {})
+    out: dict[str, Any] = {k: t[k] for k in ("snappy", "deflate", "auth_secret") if k in t}
+    if t.get("tls_v1"):
+        out["tls_v1"] = True
+        tls: dict[str, Any] = {"ca_certs": t["ca"]}
+        if t.get("cert"):
+            tls.update(certfile=t["cert"], keyfile=t["key"])
+        out["tls_options"] = tls
+    return out
+
+
+async def sc_secure(params: dict[str, Any]) -> dict[str, Any]:
+    """PUB then MPUB over the negotiated transport, then consume them all."""
+    extra = transport_kwargs(params)
+    bodies = [unb64(b) for b in params["bodies"]]
+    writer = await new_writer(params, **extra)
+    responses = [response_text(await publish(writer, "pub", params["topic"], bodies[0]))]
+    responses.append(response_text(await publish(writer, "mpub", params["topic"], bodies[1:])))
+    identify = writer.identify_response
+    writer.shutdown()
+    if params.get("publish_only"):
+        return {"responses": responses, "identify_response": identify}
+    deliveries: list[dict[str, Any]] = []
+    got = asyncio.Event()
+
+    def handler(message: nsq.Message) -> bool:
+        deliveries.append(msg_record(message))
+        if len(deliveries) >= len(bodies):
+            got.set()
+        return True
+
+    reader = make_reader(params, handler, max_in_flight=100, **extra)
+    await asyncio.wait_for(got.wait(), 10)
+    await asyncio.sleep(FIN_SETTLE)
+    close_reader(reader)
+    return {"responses": responses, "identify_response": identify, "deliveries": deliveries}
+
+
+async def sc_secure_refused(params: dict[str, Any]) -> dict[str, Any]:
+    """A connection nsqd refuses (AUTH, SUB): report the errors pynsq saw and the close."""
+    extra = transport_kwargs(params)
+    if params.get("role") == "reader":
+        reader = make_reader(params, lambda m: True, **extra)
+        deadline = time.monotonic() + 5
+        while not STATE["errors"] and time.monotonic() < deadline:
+            await asyncio.sleep(POLL)
+        close_reader(reader)
+        return {}
+    writer = PeerWriter([params["tcp"]], **{**conn_kwargs(params), **extra})
+    await asyncio.wait([writer.ready_fut, writer.closed_fut], timeout=5)
+    result: dict[str, Any] = {"closed": writer.closed_fut.done()}
+    if writer.ready_fut.done() and not writer.ready_fut.exception():
+        data = await publish(writer, "pub", params["topic"], b"refused?")
+        result["response"] = response_text(data)
+    writer.shutdown()
+    return result
+
+
 async def sc_lookupd_consume(params: dict[str, Any]) -> dict[str, Any]:
     """A Reader that finds its nsqd through ``lookupd`` (HTTP addresses) only.
 
@@ -539,6 +599,8 @@ SCENARIOS = {
     "close_inflight": sc_close_inflight,
     "identify": sc_identify,
     "deflate": sc_deflate,
+    "secure": sc_secure,
+    "secure_refused": sc_secure_refused,
     "lookupd_consume": sc_lookupd_consume,
 }
 
