@@ -476,3 +476,45 @@ async def test_client_auth_refused(nsqd_factory: NsqdFactory, auth_server: AuthS
         await producer.publish("pubonly", b"ok")
         with pytest.raises(NSQError):
             await producer.publish("elsewhere", b"no")
+
+
+# -- nsqpy's --http-auth-required (NSQ #1183) ------------------------------------------------
+
+
+async def test_http_api_bearer_secret_checked_with_the_auth_server(
+    nsqd_factory: NsqdFactory, auth_server: AuthServer
+) -> None:
+    auth_server.answers["pub-only"] = (200, grant("^orders$", [".*"], ["publish"]))
+    auth_server.answers["sub-only"] = (200, grant("^orders$", ["^ch$"], ["subscribe"]))
+    nsqd = await nsqd_factory(
+        auth_http_addresses=[auth_server.address], http_auth_required=True
+    )
+    base = f"http://127.0.0.1:{nsqd.http_port}"
+
+    async def call(path: str, secret: str | None, **params: str) -> tuple[int, str]:
+        headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
+        async with aiohttp.ClientSession() as http, http.post(
+            base + path, params=params, data=b"body", headers=headers
+        ) as resp:
+            return resp.status, (await resp.text())
+
+    assert await call("/pub", None, topic="orders") == (401, '{"message": "AUTH_REQUIRED"}')
+    assert await call("/pub", "nope", topic="orders") == (403, '{"message": "AUTH_FAILED"}')
+    assert await call("/pub", "pub-only", topic="other") == (403, '{"message": "UNAUTHORIZED"}')
+    assert await call("/pub", "pub-only", topic="orders") == (200, "OK")
+    assert (await call("/channel/create", "pub-only", topic="orders", channel="ch"))[0] == 403
+    assert (await call("/channel/create", "sub-only", topic="orders", channel="ch"))[0] == 200
+    assert (await call("/topic/pause", "sub-only", topic="orders"))[0] == 403
+    # /ping and /stats stay open; the answer for a secret is cached for its TTL
+    async with aiohttp.ClientSession() as http, http.get(base + "/ping") as resp:
+        assert resp.status == 200
+    secrets = [q["secret"] for q in auth_server.queries]
+    assert secrets.count("pub-only") == 1
+    assert nsqd.broker.topics["orders"].message_count == 1
+
+
+async def test_http_auth_required_needs_an_auth_server(nsqd_factory: NsqdFactory) -> None:
+    from nsqpy.nsqd.app import StartupError
+
+    with pytest.raises(StartupError, match="--http-auth-required needs --auth-http-address"):
+        await nsqd_factory(http_auth_required=True)

@@ -160,8 +160,10 @@ class NSQD:
 
     # -- lifecycle --------------------------------------------------------------------------
     def check_options(self) -> None:
-        """Warn about what is accepted but inactive."""
+        """Refuse contradictory options; warn about what is accepted but inactive."""
         opts = self.opts
+        if opts.http_auth_required and not opts.auth_http_addresses:
+            raise StartupError("--http-auth-required needs --auth-http-address")
         inactive = {
             "--statsd-address": "statsd output",
             "--e2e-processing-latency-percentile": "end-to-end latency percentiles",

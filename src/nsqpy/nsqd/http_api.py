@@ -32,6 +32,7 @@ from nsqpy._internal.http_api import (
 from nsqpy._internal.logs import LEVELS
 from nsqpy.nsqd import stats
 from nsqpy.nsqd.errors import BrokerError, QueueFull
+from nsqpy.nsqd.http_auth import HttpAuth
 from nsqpy.nsqd.options import TLS_REQUIRED, config_value, parse_log_level, version_string
 from nsqpy.protocol.command_reader import parse_mpub
 from nsqpy.protocol.constants import NSQ_VERSION
@@ -447,7 +448,10 @@ def make_app(nsqd: NSQD, *, tls: bool = False) -> web.Application:
     stats.install_gc_pause_recorder()
     router = NsqdHttpApi(nsqd).router
     if tls or nsqd.opts.tls_required != TLS_REQUIRED:
-        return router.make_app()
+        if not nsqd.opts.http_auth_required:
+            return router.make_app()
+        # the Bearer check runs before the router, so an unauthorized body is never read
+        return web.Application(middlewares=[HttpAuth(nsqd).middleware, router.middleware])
 
     @web.middleware
     async def tls_required(request: web.Request, handler: Handler) -> web.StreamResponse:

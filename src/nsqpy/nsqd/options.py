@@ -122,6 +122,9 @@ class NsqdOptions:
     broadcast_http_port: int = 0
     nsqlookupd_tcp_addresses: list[str] = field(default_factory=list)
     auth_http_addresses: list[str] = field(default_factory=list)
+    #: nsqpy only (NSQ #1183): the HTTP API's publishing and admin routes need a Bearer
+    #: secret that the auth server allows for the topic.
+    http_auth_required: bool = False
     http_client_connect_timeout: int = 2 * SECOND
     http_client_request_timeout: int = 5 * SECOND
     # disk queue
@@ -239,6 +242,12 @@ def _add_basic_flags(fs: FlagSet, d: NsqdOptions) -> None:
         "auth-http-address",
         "<addr>:<port> or a full url to query auth server (may be given multiple times)",
         cfg="auth_http_addresses",
+    )
+    fs.add_bool(
+        "http-auth-required",
+        d.http_auth_required,
+        "(nsqpy) require an 'Authorization: Bearer <secret>' that the auth server allows for "
+        "the topic on the HTTP API's /pub, /mpub, /topic/* and /channel/* routes",
     )
     fs.add_string(
         "broadcast-address",
