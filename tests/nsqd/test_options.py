@@ -52,6 +52,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "sync_every": 2500,
     "sync_timeout": 2 * SECOND,
     "durable": False,  # nsqpy's own
+    "http_auth_required": False,  # nsqpy's own (nsq#1183)
     "queue_scan_worker_pool_max": 4,
     "queue_scan_selection_count": 20,
     "msg_timeout": 60 * SECOND,
@@ -152,7 +153,7 @@ def test_cfg_names() -> None:
         "client_timeout",
     }
     assert fields | {"id", "broadcast_address"} == CFG_NAMES
-    assert len(CFG_NAMES) == 50  # nsqd v1.3.0's 49 and nsqpy's durable
+    assert len(CFG_NAMES) == 51  # nsqd v1.3.0's 49, nsqpy's durable and http_auth_required
 
 
 # --- command line -----------------------------------------------------------------------------
