@@ -314,3 +314,32 @@ def test_held_messages_keep_their_deferral_when_a_channel_appears() -> None:
     publish(b, "t", b"later", defer=5.0)
     ch = b.get_channel(b.topics["t"], "c", 0.0)
     assert ch.depth == 1 and ch.deferred_count == 1 and ch.message_count == 2
+
+
+def test_backlog_keeps_flowing_after_a_full_transport_listed_the_client() -> None:
+    """A write that fills the transport lists the client as ready; once resume_writing has
+    filled its window that listing is stale, and answers must still pour the backlog."""
+    ch = make_channel(mem=1000)
+    sink = subscribe(ch, 0)
+    for n in range(30):
+        ch.put(msg(n), 0.0)
+    writes = 0
+
+    def deliver_until_full(m: Message) -> None:
+        nonlocal writes
+        sink._deliver(m)
+        writes += 1
+        if writes == 3:
+            sink.state.writable = False  # the transport's buffer crossed its high-water mark
+
+    sink.state.write_message = deliver_until_full
+    ch.set_rdy(sink.state, 10, 0.0)
+    assert len(sink.got) == 3 and sink.state.in_ready
+    sink.state.writable = True  # resume_writing
+    ch.client_ready(sink.state, 0.0)
+    assert len(sink.got) == 10  # window full, listing now stale
+    for m in list(sink.got):
+        ch.finish(sink.state, m.id, 0.0)
+    assert len(sink.got) == 20
+    ch.finish_many(sink.state, [m.id for m in sink.got[10:]], 0.0)
+    assert len(sink.got) == 30 and ch.depth == 0

@@ -347,10 +347,16 @@ class Channel:
                 return "client does not own message"
         return "ID not in flight"
 
+    def _backlog(self) -> bool:
+        return bool(self.queue) or (self.backend is not None and self.backend.depth > 0)
+
+    # A client can sit in _ready with a full window: it was listed when a write filled its
+    # transport, and resume_writing then filled the window without unlisting it. Only puts
+    # drain _ready, so with a backlog and no new publishes an answer must pour directly.
     def finish(self, client: ClientState, msg_id: bytes, now: float) -> None:
         self._forget(self._take(client, msg_id))
         client.finish_count += 1
-        if not client.in_ready:
+        if not client.in_ready or self._backlog():
             self.client_ready(client, now)
 
     def finish_many(
@@ -370,7 +376,7 @@ class Channel:
                 self._forget(msg)
         self.in_flight_count -= done
         client.finish_count += done
-        if done and not client.in_ready:
+        if done and (not client.in_ready or self._backlog()):
             self.client_ready(client, now)
         return errors
 
@@ -382,7 +388,7 @@ class Channel:
             heapq.heappush(self._deferred, (now + delay, next(self._seq), msg))
         else:
             self._put(msg, now)
-        if not client.in_ready:
+        if not client.in_ready or self._backlog():
             self.client_ready(client, now)
 
     def touch(self, client: ClientState, msg_id: bytes, now: float) -> None:
