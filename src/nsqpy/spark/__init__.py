@@ -1,0 +1,35 @@
+"""NSQ on Spark: the ``nsq`` data source (streaming and batch reads, batch and streaming writes).
+
+::
+
+    from nsqpy.spark import build_session
+    spark = build_session("local[2]")          # checks Java/pyspark, registers "nsq"
+    df = (spark.readStream.format("nsq")
+          .option("nsqd", "127.0.0.1:4150").option("topic", "events")
+          .option("channel", "archive").load())
+
+pyspark is imported only when one of these functions runs, so ``import nsqpy.spark`` works (and
+explains what is missing) without it. Options and guarantees: docs/spark.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nsqpy.spark.env import SparkSetupError, check_packages
+from nsqpy.spark.session import build_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["FORMAT", "SparkSetupError", "build_session", "register"]
+
+FORMAT = "nsq"
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("nsq")`` available in ``spark``."""
+    check_packages()
+    from nsqpy.spark.source import NsqDataSource
+
+    spark.dataSource.register(NsqDataSource)
