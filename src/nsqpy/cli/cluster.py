@@ -77,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"--data-path={opts.data_path}",
                 f"--broadcast-address={host}",
                 f"--lookupd-tcp-address={lookupd_addrs['TCP']}",
+                # the Spark source holds a batch or two in flight on one connection (docs/spark.md)
+                "--max-rdy-count=200000",
             ],
         )
         procs.append(nsqd)
@@ -84,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"nsqlookupd: tcp {lookupd_addrs['TCP']}  http http://{lookupd_addrs['HTTP']}\n"
             f"nsqd:       tcp {nsqd_addrs['TCP']}  http http://{nsqd_addrs['HTTP']}"
             f"  data {os.path.abspath(opts.data_path)}\n"
+            "pipeline:   nsqpy-archive, nsqpy-replay, nsqpy-report (docs/spark.md)\n"
             "Ctrl-C stops the cluster.",
             flush=True,
         )

@@ -1,0 +1,179 @@
+"""nsqpy-archive: NSQ topics to Parquet, partitioned by topic/date/hour ("scalable nsq_to_file").
+
+One streaming query per run, reading every topic (a union of one ``nsq`` source per topic) into
+one file sink. One query rather than one per topic because:
+
+- a file sink owns its output directory through ``_spark_metadata``; two queries writing into
+  one directory would corrupt that log, and one directory per topic would make every reader
+  do a multi-path read, which ignores the log and sees files of crashed batches;
+- each ``nsq`` source still runs in its own driver-side process, so topics do not share an
+  ingest process; only triggers are shared, which suits an archive;
+- one checkpoint, one progress stream and one thing to stop.
+
+The price: the topic set belongs to the checkpoint. Archiving another topic means another
+checkpoint and another output directory (``check_output`` refuses to mix them).
+
+Messages are FINished only after the file sink and Spark's commit log hold the batch, so the
+archive is at-least-once: a crash between the two leaves duplicates, which replay and report
+remove by (nsqd, id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from nsqpy.protocol.names import is_valid_name
+from nsqpy.spark.jobs import preflight
+from nsqpy.spark.jobs.errors import JobError, spark_failure
+from nsqpy.spark.jobs.layout import (
+    PARTITION_COLUMNS,
+    SINK_METADATA,
+    path_exists,
+    with_archive_columns,
+)
+from nsqpy.spark.jobs.progress import BatchLog, Emit, Totals
+from nsqpy.spark.jobs.stopping import StopRequest, stop_cleanly
+
+DEFAULT_CHANNEL: Final = "nsqpy_archive"
+COMPRESSIONS: Final = ("snappy", "zstd", "gzip", "lz4", "none")
+QUERY_NAME: Final = "nsqpy_archive"
+#: How often the driver looks at the query's progress and at stop requests.
+_POLL_SECONDS: Final = 1
+
+
+@dataclass(frozen=True)
+class ArchiveConfig:
+    topics: tuple[str, ...]
+    output: str
+    checkpoint: str
+    nsqd_tcp_addresses: tuple[str, ...] = ()
+    lookupd_http_addresses: tuple[str, ...] = ()
+    channel: str = DEFAULT_CHANNEL
+    trigger_seconds: float = 10.0
+    available_now: bool = False
+    max_in_flight: int | None = None
+    max_records_per_batch: int | None = None
+    compression: str = "snappy"
+    #: Further options of the ``nsq`` source (``msgTimeout``, ``nsq.<go-nsq option>``, ...).
+    source_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    stop_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.topics:
+            raise JobError("at least one --topic is required")
+        for name in (*self.topics, self.channel):
+            if not is_valid_name(name):
+                raise JobError(f"invalid topic or channel name {name!r}")
+        if bool(self.nsqd_tcp_addresses) == bool(self.lookupd_http_addresses):
+            raise JobError("give --nsqd-tcp-address or --lookupd-http-address (one of them)")
+        if self.compression not in COMPRESSIONS:
+            raise JobError(f"unknown compression {self.compression!r}: one of {COMPRESSIONS}")
+        if self.trigger_seconds <= 0:
+            raise JobError("--trigger must be positive")
+
+
+def source_frame(spark: SparkSession, cfg: ArchiveConfig, topic: str) -> DataFrame:
+    reader = spark.readStream.format("nsq").option("topic", topic).option("channel", cfg.channel)
+    if cfg.nsqd_tcp_addresses:
+        reader = reader.option("nsqd", ",".join(cfg.nsqd_tcp_addresses))
+    else:
+        reader = reader.option("lookupd", ",".join(cfg.lookupd_http_addresses))
+    if cfg.max_in_flight is not None:
+        reader = reader.option("maxInFlight", str(cfg.max_in_flight))
+    if cfg.max_records_per_batch is not None:
+        reader = reader.option("maxRecordsPerBatch", str(cfg.max_records_per_batch))
+    return reader.options(**cfg.source_options).load()
+
+
+def archive_frame(spark: SparkSession, cfg: ArchiveConfig) -> DataFrame:
+    # Sorted: Spark matches a checkpoint's sources by position.
+    frames = [source_frame(spark, cfg, topic) for topic in sorted(set(cfg.topics))]
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return with_archive_columns(union)
+
+
+def check_output(spark: SparkSession, cfg: ArchiveConfig) -> None:
+    """Refuse a new checkpoint on an output that another checkpoint's query wrote.
+
+    The file sink skips batch ids its ``_spark_metadata`` already lists. A fresh checkpoint
+    starts again at batch 0, so its batches would be skipped while the source FINs their
+    messages: silent loss.
+    """
+    has_log = path_exists(spark, f"{cfg.output.rstrip('/')}/{SINK_METADATA}")
+    has_checkpoint = path_exists(spark, f"{cfg.checkpoint.rstrip('/')}/offsets")
+    if has_log and not has_checkpoint:
+        raise JobError(
+            f"output {cfg.output} was written by a query with another checkpoint; pass that "
+            "--checkpoint, or archive into a new --output"
+        )
+
+
+def start_archive(spark: SparkSession, cfg: ArchiveConfig) -> StreamingQuery:
+    writer = (
+        archive_frame(spark, cfg)
+        .writeStream.format("parquet")
+        .queryName(QUERY_NAME)
+        .option("path", cfg.output)
+        .option("checkpointLocation", cfg.checkpoint)
+        .option("compression", cfg.compression)
+        .partitionBy(*PARTITION_COLUMNS)
+        .outputMode("append")
+    )
+    if cfg.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{round(cfg.trigger_seconds * 1000)} milliseconds")
+    return writer.start()
+
+
+def run_archive(
+    spark: SparkSession,
+    cfg: ArchiveConfig,
+    emit: Emit,
+    stop: StopRequest | None = None,
+) -> Totals:
+    """Archive until the queue is drained (``available_now``) or ``stop`` is requested."""
+    preflight.check_nsqd(cfg.nsqd_tcp_addresses)
+    preflight.check_lookupd(cfg.lookupd_http_addresses)
+    check_output(spark, cfg)
+    stop = stop or StopRequest()
+    try:
+        query = start_archive(spark, cfg)
+    except PySparkException as exc:  # e.g. an output path Spark cannot write
+        raise spark_failure("archive query did not start", exc) from exc
+    log = BatchLog(emit)
+    try:
+        _watch(query, cfg, log, stop, emit)
+    except PySparkException as exc:
+        raise spark_failure("archive query failed", exc) from exc
+    finally:
+        if query.isActive:
+            query.stop()
+    log.update(query.recentProgress)
+    return log.totals
+
+
+def _watch(
+    query: StreamingQuery, cfg: ArchiveConfig, log: BatchLog, stop: StopRequest, emit: Emit
+) -> None:
+    """Print progress until the query ends by itself or a stop request has been served."""
+    while not query.awaitTermination(_POLL_SECONDS):
+        log.update(query.recentProgress)
+        if stop.requested.is_set():
+            emit("stopping: waiting for the last batch to be committed (signal again to force)")
+            if not stop_cleanly(query, stop, cfg.stop_timeout):
+                emit("stopped before the query was idle: its last batch may be archived twice")
+            return
+    # awaitTermination does not raise for a failure that ended the query between polls.
+    failure = query.exception()
+    if failure is not None:
+        raise failure
