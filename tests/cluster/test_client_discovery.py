@@ -17,7 +17,9 @@ async def test_consumer_follows_lookupd(cluster: Cluster) -> None:
     await cluster.eventually(lambda: cluster.producer_ports(lookupds[0], "disc"),
                              {first.tcp_port})
     got: list[bytes] = []
-    cfg = Config(lookupd_poll_interval=0.2, lookupd_poll_jitter=0.1)
+    # max_in_flight >= the number of nsqd: with fewer slots than connections the newcomer
+    # would wait for low-RDY redistribution (low_rdy_idle_timeout, 10 s)
+    cfg = Config(lookupd_poll_interval=0.2, lookupd_poll_jitter=0.1, max_in_flight=10)
     c = Consumer("disc", "ch", handler=lambda m: got.append(m.body), config=cfg,
                  lookupd_http_addresses=[f"127.0.0.1:{ld.http_port}" for ld in lookupds])
     await c.start()
