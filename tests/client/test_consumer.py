@@ -238,3 +238,20 @@ def test_validation() -> None:
         Consumer("bad topic", "ch", nsqd_tcp_addresses="127.0.0.1:4150")
     with pytest.raises(ValueError):
         Consumer("t", "ch")
+
+
+async def test_change_max_in_flight_zero_stops_deliveries(nsqd: NSQD) -> None:
+    await publish(nsqd, "t", [b"a", b"b", b"c"])
+    got: list[Message] = []
+    c = Consumer("t", "ch", nsqd_tcp_addresses=addr(nsqd), max_in_flight=1,
+                 handler=lambda m: (got.append(m), m.disable_auto_response()))
+    await c.start()
+    await wait_for(lambda: len(got) == 1)
+    c.change_max_in_flight(0)
+    got[0].requeue(0, backoff=False)  # without RDY 0 this would come straight back
+    ch = nsqd.broker.topics["t"].channels["ch"]
+    await wait_for(lambda: (ch.depth, ch.in_flight_count) == (3, 0))
+    assert len(got) == 1
+    c.change_max_in_flight(2)
+    await wait_for(lambda: len(got) == 3)
+    await c.close(timeout=0.5)

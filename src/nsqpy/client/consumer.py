@@ -153,6 +153,14 @@ class Consumer:
         """True when a connection is close to its RDY: buffered work should be flushed."""
         return is_starved([(c.in_flight, c.rdy) for c in self._pool.conns.values()])
 
+    def change_max_in_flight(self, max_in_flight: int) -> None:
+        """go-nsq's ChangeMaxInFlight: respread RDY now; 0 stops deliveries without closing."""
+        self.config.max_in_flight = max(0, max_in_flight)
+        if self.config.max_in_flight == 0:
+            self._pool.set_all_rdy(0)
+        else:
+            self._pool.update_rdy()
+
     @property
     def backoff_level(self) -> int:
         return self._backoff.counter

@@ -101,6 +101,10 @@ async def tail(opts: TailOptions, out: BinaryIO, log: Callable[[str], None]) -> 
     finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def done() -> None:
+        # RDY 0 first: a REQ of a message past the limit must not bring it straight back
+        # (each round trip would cost an attempt until max_attempts FINs it unprinted)
+        for consumer in consumers:
+            consumer.change_max_in_flight(0)
         if not finished.done():
             finished.set_result(None)
 
