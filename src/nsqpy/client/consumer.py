@@ -251,6 +251,7 @@ class Consumer:
             msg.id.decode(), msg.attempts, self.config.max_attempts,
         )
         if self.on_give_up is not None:
+            # the user's hook is a boundary: its failure is logged and must not stop the FIN
             try:
                 self.on_give_up(msg)
             except Exception:
