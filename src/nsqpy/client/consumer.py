@@ -213,8 +213,8 @@ class Consumer:
             self.stats.messages_finished += 1
         else:
             self.stats.messages_requeued += 1
-        if self._closing:
-            return
+        if self._closing or (finished and not self._backoff.counter):
+            return  # the per-message common case: a success with no backoff to unwind
         step = self._backoff.record(finished, backoff=backoff)
         if step is Step.PAUSE:
             self._enter_backoff()
