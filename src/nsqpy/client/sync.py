@@ -99,7 +99,22 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-class Producer:
+class _Closing:
+    """``with`` support: leaving the block calls ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Producer(_Closing):
     """Blocking ``Producer``: same arguments, same methods, no ``await``."""
 
     def __init__(self, nsqd_tcp_addresses: str | Sequence[str], **kwargs: Any) -> None:
@@ -113,14 +128,6 @@ class Producer:
     def __enter__(self) -> Self:
         self.connect()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def connect(self) -> None:
         self._thread.run(self._producer.connect())
@@ -179,7 +186,7 @@ class Message:
         self._loop.call(self._msg.touch)
 
 
-class Consumer:
+class Consumer(_Closing):
     """Blocking ``Consumer``: iterate it (or call ``get``) and answer each message."""
 
     def __init__(self, topic: str, channel: str, **kwargs: Any) -> None:
@@ -197,14 +204,6 @@ class Consumer:
     def __enter__(self) -> Self:
         self.start()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     @property
     def config(self) -> Config:
