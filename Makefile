@@ -12,6 +12,11 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark]'
+	@# nsqadmin's browser tests drive Debian's chromium; install it where we may (CI runs as root).
+	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) \
+	    || echo "chromium install failed: browser tests will fail"; \
+	fi
 	@if command -v npm >/dev/null 2>&1; then \
 	  (cd tests/peers/nsqjs && npm install --silent --no-audit --no-fund) || echo "nsqjs install failed: nsqjs peer tests will be skipped"; \
 	fi

@@ -1,0 +1,1 @@
+"""nsqadmin: the web UI and JSON API over an NSQ cluster."""
