@@ -1,0 +1,84 @@
+"""nsqadmin's admin actions across the cluster, in NSQ clusterinfo's order of calls.
+
+Each returns the partial errors it met (shown as a warning) or raises ClusterError when the
+producers of the topic could not be found at all (shown as 502 UPSTREAM_ERROR).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from nsqpy.nsqadmin.cluster import ClusterInfo, Errors, q
+
+#: The ``action`` values of ``POST /api/topics/:topic[/:channel]``.
+ACTIONS: Final = ("pause", "unpause", "empty")
+
+
+async def tombstone_node_for_topic(
+    ci: ClusterInfo, topic: str, node: str, lookupds: Sequence[str]
+) -> Errors:
+    """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic on it."""
+    errors = await ci.lookupd_post(lookupds, "topic/tombstone", f"topic={q(topic)}&node={q(node)}")
+    producers, found_errors = await ci.nsqd_producers([node])
+    errors.add(found_errors)
+    errors.add(await ci.producers_post(producers, "topic/delete", f"topic={q(topic)}"))
+    return errors
+
+
+async def create_topic_channel(
+    ci: ClusterInfo, topic: str, channel: str, lookupds: Sequence[str]
+) -> Errors:
+    """Create the topic (and channel) in every lookupd, and the channel on every producer."""
+    errors = await ci.lookupd_post(lookupds, "topic/create", f"topic={q(topic)}")
+    if channel:
+        query = f"topic={q(topic)}&channel={q(channel)}"
+        errors.add(await ci.lookupd_post(lookupds, "channel/create", query))
+        producers, found_errors = await ci.lookupd_topic_producers(topic, lookupds)
+        errors.add(found_errors)
+        errors.add(await ci.producers_post(producers, "channel/create", query))
+    return errors
+
+
+async def delete_topic(
+    ci: ClusterInfo, topic: str, lookupds: Sequence[str], nsqds: Sequence[str]
+) -> Errors:
+    """Find the producers first, then delete in every lookupd, then on every producer."""
+    producers, errors = await ci.topic_producers(topic, lookupds, nsqds)
+    query = f"topic={q(topic)}"
+    errors.add(await ci.lookupd_post(lookupds, "topic/delete", query))
+    errors.add(await ci.producers_post(producers, "topic/delete", query))
+    return errors
+
+
+async def delete_channel(
+    ci: ClusterInfo, topic: str, channel: str, lookupds: Sequence[str], nsqds: Sequence[str]
+) -> Errors:
+    producers, errors = await ci.topic_producers(topic, lookupds, nsqds)
+    query = f"topic={q(topic)}&channel={q(channel)}"
+    errors.add(await ci.lookupd_post(lookupds, "channel/delete", query))
+    errors.add(await ci.producers_post(producers, "channel/delete", query))
+    return errors
+
+
+async def topic_channel_action(
+    ci: ClusterInfo,
+    action: str,
+    topic: str,
+    channel: str,
+    lookupds: Sequence[str],
+    nsqds: Sequence[str],
+) -> Errors:
+    """pause / unpause / empty a topic (``channel`` "") or a channel on every producer."""
+    producers, errors = await ci.topic_producers(topic, lookupds, nsqds)
+    if channel:
+        uri, query = f"channel/{action}", f"topic={q(topic)}&channel={q(channel)}"
+    else:
+        uri, query = f"topic/{action}", f"topic={q(topic)}"
+    errors.add(await ci.producers_post(producers, uri, query))
+    return errors
+
+
+def notification_name(action: str, channel: str) -> str:
+    """The notification's action name: ``pause_topic``, ``empty_channel``, ..."""
+    return f"{action}_{'channel' if channel else 'topic'}"
