@@ -1,7 +1,8 @@
 """``nsqpy-cluster``: a local NSQ cluster, each daemon in its own process.
 
-Starts nsqlookupd, then nsqd registered with it (data under ``--data-path``), prints where
-everything listens, and stops them all on SIGINT/SIGTERM (or when one of them exits).
+Starts nsqlookupd, then nsqd registered with it (data under ``--data-path``) and nsqadmin
+pointed at the lookupd, prints where everything listens (the nsqadmin URL included), and stops
+them all on SIGINT/SIGTERM (or when one of them exits).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import IO, Final
 
+from nsqpy.nsqadmin.sampler import STATS_QUERY
+
 LISTENING: Final = re.compile(r"(TCP|HTTP): listening on (\S+)")
 
 
@@ -28,17 +31,21 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--lookupd-http-port", type=int, default=4161)
     parser.add_argument("--nsqd-tcp-port", type=int, default=4150)
     parser.add_argument("--nsqd-http-port", type=int, default=4151)
+    parser.add_argument("--nsqadmin-http-port", type=int, default=4171)
     return parser.parse_args(argv)
 
 
-def _start(name: str, args: list[str]) -> tuple[subprocess.Popen[str], dict[str, str]]:
-    """Start ``python -m nsqpy.<name>``; wait for its listening lines, echoing its log."""
+def _start(
+    name: str, args: list[str], listeners: int = 2
+) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Start ``python -m nsqpy.<name>``; wait for its ``listeners`` listening lines, echoing
+    its log."""
     proc = subprocess.Popen(
         [sys.executable, "-m", f"nsqpy.{name}", *args], stderr=subprocess.PIPE, text=True
     )
     assert proc.stderr is not None
     bound: dict[str, str] = {}
-    while len(bound) < 2:
+    while len(bound) < listeners:
         line = proc.stderr.readline()
         if not line:
             raise SystemExit(f"{name} exited before it was listening")
@@ -50,9 +57,15 @@ def _start(name: str, args: list[str]) -> tuple[subprocess.Popen[str], dict[str,
     return proc, bound
 
 
+#: nsqadmin's sampler GETs lookupd's /nodes and every nsqd's /stats each --sample-interval;
+#: the daemons access-log every request, so echoing these would bury the rest of the log.
+SAMPLER_REQUESTS: Final = (f" GET /stats?{STATS_QUERY} (", " GET /nodes (")
+
+
 def _echo(stream: IO[str]) -> None:
     for line in stream:
-        sys.stderr.write(line)
+        if not any(request in line for request in SAMPLER_REQUESTS):
+            sys.stderr.write(line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,10 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
         )
         procs.append(nsqd)
+        admin, admin_addrs = _start(
+            "nsqadmin",
+            [
+                f"--http-address={host}:{opts.nsqadmin_http_port}",
+                f"--lookupd-http-address={lookupd_addrs['HTTP']}",
+            ],
+            listeners=1,
+        )
+        procs.append(admin)
         print(
             f"nsqlookupd: tcp {lookupd_addrs['TCP']}  http http://{lookupd_addrs['HTTP']}\n"
             f"nsqd:       tcp {nsqd_addrs['TCP']}  http http://{nsqd_addrs['HTTP']}"
             f"  data {os.path.abspath(opts.data_path)}\n"
+            f"nsqadmin:   http://{admin_addrs['HTTP']}/\n"
             "pipeline:   nsqpy-archive, nsqpy-replay, nsqpy-report (docs/spark.md)\n"
             "Ctrl-C stops the cluster.",
             flush=True,
@@ -110,7 +133,7 @@ def _wait(procs: list[subprocess.Popen[str]]) -> None:
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
-    for proc in reversed(procs):  # nsqd first, so it leaves lookupd cleanly
+    for proc in reversed(procs):  # nsqadmin, then nsqd, so it leaves lookupd cleanly
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
