@@ -30,7 +30,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import count
 
 from nsqpy.nsqd import records
@@ -38,6 +38,7 @@ from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.client import STATE_CLOSING, ClientState
 from nsqpy.nsqd.errors import Exiting, InFlightError, TooManyConsumers
 from nsqpy.nsqd.message import Message, Queued, delivered, materialize
+from nsqpy.nsqd.quantile import NOT_TRACKED, LatencySummary, WindowedQuantile
 from nsqpy.protocol.names import is_ephemeral
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -80,6 +81,8 @@ class Channel:
         self._ready: deque[ClientState] = deque()
         self._deferred: list[tuple[float, int, Message]] = []
         self._seq = count()
+        #: End-to-end latencies (publish to FIN, ns) when percentiles are configured.
+        self.e2e: WindowedQuantile | None = None
 
     # -- stats -------------------------------------------------------------------------
     @property
@@ -93,6 +96,16 @@ class Channel:
     @property
     def deferred_count(self) -> int:
         return len(self._deferred)
+
+    def track_e2e(self, window_ns: int, percentiles: Sequence[float]) -> None:
+        """Start recording publish-to-FIN latencies (``--e2e-processing-latency-*``)."""
+        self.e2e = WindowedQuantile(window_ns, percentiles, self.wall_ns())
+
+    def e2e_summary(self, now_ns: int | None = None) -> LatencySummary:
+        """Count and ``[(quantile, value_ns)]`` over the window; NOT_TRACKED when off."""
+        if self.e2e is None:
+            return NOT_TRACKED
+        return self.e2e.summary(self.wall_ns() if now_ns is None else now_ns)
 
     # -- putting messages in -----------------------------------------------------------
     def room(self) -> int:
@@ -354,7 +367,11 @@ class Channel:
     # transport, and resume_writing then filled the window without unlisting it. Only puts
     # drain _ready, so with a backlog and no new publishes an answer must pour directly.
     def finish(self, client: ClientState, msg_id: bytes, now: float) -> None:
-        self._forget(self._take(client, msg_id))
+        msg = self._take(client, msg_id)
+        self._forget(msg)
+        if self.e2e is not None:  # nsqd records the latency on FIN: now - publish time
+            wall = self.wall_ns()
+            self.e2e.insert(wall - msg.timestamp, wall)
         client.finish_count += 1
         if not client.in_ready or self._backlog():
             self.client_ready(client, now)
@@ -366,6 +383,8 @@ class Channel:
         in_flight = client.in_flight
         errors: list[tuple[bytes, str]] = []
         done = 0
+        e2e = self.e2e
+        wall = self.wall_ns() if e2e is not None else 0  # one clock read for the batch
         for msg_id in ids:
             msg = in_flight.pop(msg_id, None)
             if msg is None:
@@ -374,6 +393,8 @@ class Channel:
             done += 1
             if msg.token >= 0:
                 self._forget(msg)
+            if e2e is not None:
+                e2e.insert(wall - msg.timestamp, wall)
         self.in_flight_count -= done
         client.finish_count += done
         if done and (not client.in_ready or self._backlog()):

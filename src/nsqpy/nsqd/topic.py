@@ -19,6 +19,7 @@ from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.channel import Channel
 from nsqpy.nsqd.errors import Exiting, QueueFull
 from nsqpy.nsqd.message import Message, Queued
+from nsqpy.nsqd.quantile import LatencySummary, aggregate
 from nsqpy.protocol.names import is_ephemeral
 
 _NO_DISK = DiskHooks()
@@ -68,6 +69,12 @@ class Topic:
     @property
     def backend_depth(self) -> int:
         return self.backend.depth if self.backend is not None else 0
+
+    def e2e_summary(self, now_ns: int | None = None) -> LatencySummary:
+        """The channels' e2e latencies merged (nsqd's topic figure); NOT_TRACKED when none
+        of them tracks any (percentiles off, or no channel yet)."""
+        now = self.wall_ns() if now_ns is None else now_ns
+        return aggregate((channel.e2e for channel in self.channels.values()), now)
 
     @property
     def holding(self) -> bool:
