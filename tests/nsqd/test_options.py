@@ -75,6 +75,9 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "statsd_exclude_ephemeral": False,
     "e2e_processing_latency_percentiles": [],
     "e2e_processing_latency_window_time": 10 * MINUTE,
+    "alert_depths": [],  # nsqpy's own (nsq#1175), like the two below
+    "alert_ages": [],
+    "alert_check_interval": SECOND,
     "tls_cert": "",
     "tls_key": "",
     "tls_client_auth_policy": "",
@@ -153,7 +156,8 @@ def test_cfg_names() -> None:
         "client_timeout",
     }
     assert fields | {"id", "broadcast_address"} == CFG_NAMES
-    assert len(CFG_NAMES) == 51  # nsqd v1.3.0's 49, nsqpy's durable and http_auth_required
+    # nsqd v1.3.0's 49; nsqpy's durable, http_auth_required and the three alert_* keys
+    assert len(CFG_NAMES) == 54
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -208,7 +212,10 @@ def test_help_lists_flags_with_go_defaults(capsys: pytest.CaptureFixture[str]) -
         parse_nsqd_args(["-help"])
     assert info.value.code == 0
     err = capsys.readouterr().err
-    assert err.startswith("Usage of nsqd:\n  -auth-http-address value\n")
+    assert err.startswith("Usage of nsqd:\n  -alert-age [TOPIC[:CHANNEL]=]DURATION\n")
+    assert "\n  -alert-check-interval duration\n" in err
+    assert "\n  -alert-depth [TOPIC[:CHANNEL]=]N\n" in err
+    assert "\n  -auth-http-address value\n" in err
     assert "  -log-level value\n    \tset log verbosity: debug, info, warn, error, or fatal" in err
     assert "(default INFO)\n" in err
     assert (
@@ -516,3 +523,103 @@ def test_flag_set_uses_given_defaults() -> None:
     parsed = fs.parse([])
     assert parsed["node-id"] == 3
     assert parsed["broadcast-address"] == "h"
+
+
+# --- backlog alerts (nsqpy only) -----------------------------------------------------------------
+
+
+def test_alert_flags_repeat_and_keep_their_text() -> None:
+    opts = parse_nsqd_args(
+        [
+            "--alert-depth=1000",
+            "-alert-depth",
+            "orders:*=50",
+            "--alert-depth=*#ephemeral=0",
+            "--alert-age=orders:archive=1m30s",
+            "--alert-check-interval=250ms",
+        ]
+    )
+    assert opts.alert_depths == ["1000", "orders:*=50", "*#ephemeral=0"]
+    assert opts.alert_ages == ["orders:archive=1m30s"]
+    assert opts.alert_check_interval == 250 * MILLISECOND
+    assert config_value(opts, "alert_depths") == ["1000", "orders:*=50", "*#ephemeral=0"]
+    assert config_value(opts, "alert_check_interval") == 250 * MILLISECOND
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--alert-depth=t=many"],
+            'invalid value "t=many" for flag -alert-depth: '
+            'strconv.ParseInt: parsing "many": invalid syntax',
+        ),
+        (
+            ["--alert-depth=bad topic=5"],
+            'invalid value "bad topic=5" for flag -alert-depth: '
+            'invalid topic or channel name "bad topic" in "bad topic=5"',
+        ),
+        (
+            ["--alert-age=t:c=5"],
+            'invalid value "t:c=5" for flag -alert-age: time: missing unit in duration "5"',
+        ),
+        (
+            ["--alert-check-interval=1"],
+            'invalid value "1" for flag -alert-check-interval: parse error',
+        ),
+    ],
+)
+def test_bad_alert_flags_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse_nsqd_args(argv)
+    assert info.value.code == 2
+    assert capsys.readouterr().err.startswith(message + "\nUsage of nsqd:\n")
+
+
+def test_alert_rules_from_a_config_file(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        'alert_depths = ["1000", "t:c=5"]\nalert_ages = "1m,t=10s"\nalert_check_interval = 500\n',
+    )
+    opts = parse_nsqd_args([f"--config={path}"])
+    assert opts.alert_depths == ["1000", "t:c=5"]
+    assert opts.alert_ages == ["1m", "t=10s"]  # a string is comma-split, as for every list
+    assert opts.alert_check_interval == 500 * MILLISECOND  # a bare integer is milliseconds
+    opts = parse_nsqd_args([f"--config={path}", "--alert-depth=7"])
+    assert opts.alert_depths == ["7"]  # the command line replaces the config's list
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            'alert_depths = ["t=x"]',
+            'failed to instantiate nsqd - invalid --alert-depth "t=x" - '
+            'strconv.ParseInt: parsing "x": invalid syntax',
+        ),
+        (
+            'alert_ages = ["a:b:c=1s"]',
+            'failed to instantiate nsqd - invalid --alert-age "a:b:c=1s" - '
+            'invalid topic or channel name "b:c" in "a:b:c=1s"',
+        ),
+        (
+            'alert_depths = ["5"]\nalert_check_interval = "0s"',
+            "failed to instantiate nsqd - --alert-check-interval must be > 0",
+        ),
+    ],
+)
+def test_bad_alert_config_is_fatal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, toml: str, message: str
+) -> None:
+    path = write_config(tmp_path, toml + "\n")
+    assert fatal_exit(capsys, [f"--config={path}"]) == message
+
+
+def test_a_zero_check_interval_is_fine_without_rules() -> None:
+    opts = NsqdOptions(alert_check_interval=0)
+    validate(opts)
+    opts.alert_ages = ["1m"]
+    with pytest.raises(OptionsError, match="alert-check-interval"):
+        validate(opts)

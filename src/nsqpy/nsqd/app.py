@@ -21,12 +21,13 @@ import aiohttp
 from aiohttp import web
 
 from nsqpy._version import __version__
-from nsqpy.nsqd import auth, metadata
+from nsqpy.nsqd import alerts, auth, metadata, stats
 from nsqpy.nsqd import tls as nsqd_tls
 from nsqpy.nsqd.broker import Broker, BrokerConfig
 from nsqpy.nsqd.diskqueue import DiskQueue
 from nsqpy.nsqd.lookup import Lookup, identity
 from nsqpy.nsqd.persistence import DiskStore
+from nsqpy.nsqd.statsd_push import StatsdPusher
 from nsqpy.nsqd.tcp import V2Connection
 from nsqpy.nsqd.topic import Topic
 from nsqpy.protocol.constants import NSQ_VERSION
@@ -91,6 +92,9 @@ class NSQD:
             hooks=self.store,
         )
         self.broker.listeners.append(self._on_change)
+        if opts.e2e_processing_latency_percentiles:
+            self.broker.listeners.append(self._track_e2e)
+        self._statsd: StatsdPusher | None = None
         self._lock = metadata.DataPathLock(self.data_path)
         self._tasks: set[asyncio.Task[None]] = set()
         self.lookup: Lookup | None = None
@@ -130,6 +134,9 @@ class NSQD:
         self._http_runner: web.AppRunner | None = None
         self._https_runner: web.AppRunner | None = None
         self._scan_timer: asyncio.TimerHandle | None = None
+        #: Backlog alerts; the rules are parsed by check_options (none until then).
+        self.alerts = alerts.AlertMonitor(alerts.AlertRules())
+        self._alert_timer: asyncio.TimerHandle | None = None
         self._stopping: asyncio.Future[None] | None = None
         self._stopped = asyncio.Event()
         self._all_clients_gone = asyncio.Event()
@@ -160,21 +167,18 @@ class NSQD:
 
     # -- lifecycle --------------------------------------------------------------------------
     def check_options(self) -> None:
-        """Refuse contradictory options; warn about what is accepted but inactive."""
+        """Refuse contradictory options."""
         opts = self.opts
         if opts.http_auth_required and not opts.auth_http_addresses:
             raise StartupError("--http-auth-required needs --auth-http-address")
-        inactive = {
-            "--statsd-address": "statsd output",
-            "--e2e-processing-latency-percentile": "end-to-end latency percentiles",
-        }
-        values = {
-            "--statsd-address": opts.statsd_address,
-            "--e2e-processing-latency-percentile": opts.e2e_processing_latency_percentiles,
-        }
-        for flag, what in inactive.items():
-            if values[flag]:
-                log.warning("%s given but %s is not active yet in nsqpy", flag, what)
+        if opts.statsd_address and opts.statsd_interval <= 0:
+            # nsqd panics here (a Go ticker needs a positive period); say why instead
+            raise StartupError("--statsd-interval must be positive")
+        try:
+            rules = alerts.AlertRules.parse(opts.alert_depths, opts.alert_ages)
+        except ValueError as err:
+            raise StartupError(f"invalid alert rule - {err}") from err
+        self.alerts = alerts.AlertMonitor(rules)
 
     def _build_tls(self) -> None:
         opts = self.opts
@@ -206,6 +210,9 @@ class NSQD:
         self._start_lookup()
         self._scan_timer = self.loop.call_later(QUEUE_SCAN_INTERVAL, self._queue_scan)
         self._schedule_pump()
+        self._start_statsd()
+        if self.alerts.enabled:
+            self._alert_timer = self.loop.call_later(self._alert_interval, self._check_alerts)
 
     def _start_lookup(self) -> None:
         opts = self.opts
@@ -312,6 +319,29 @@ class NSQD:
                 log.error("health: %s", health)
             self.health = health
 
+    # -- end-to-end latency and statsd --------------------------------------------------------
+    def _track_e2e(self, event: str, topic: str, channel: str) -> None:
+        """Every channel records FIN latencies when percentiles are configured (a listener,
+        so it also covers channels restored from nsqd.dat)."""
+        owner = self.broker.topics.get(topic) if event == "channel_created" else None
+        created = owner.channels.get(channel) if owner is not None else None
+        if created is not None:
+            opts = self.opts
+            created.track_e2e(
+                opts.e2e_processing_latency_window_time, opts.e2e_processing_latency_percentiles
+            )
+
+    def _start_statsd(self) -> None:
+        opts = self.opts
+        if opts.statsd_address:
+            self._statsd = StatsdPusher(
+                opts,
+                _split_host_port(opts.statsd_address),
+                self.http_port,
+                lambda: stats.collect(self.broker.topics, self.clients, include_clients=False),
+            )
+            self._statsd.start()
+
     async def _start_tcp(self) -> None:
         address = self.opts.tcp_address
         hostport = _split_host_port(address)
@@ -410,6 +440,16 @@ class NSQD:
         self.broker.process_timeouts(self.loop.time())
         self._scan_timer = self.loop.call_later(QUEUE_SCAN_INTERVAL, self._queue_scan)
 
+    @property
+    def _alert_interval(self) -> float:
+        return self.opts.alert_check_interval / 1e9
+
+    def _check_alerts(self) -> None:
+        """Compare every queue with its thresholds (the monitor logs each crossing)."""
+        monitor = self.alerts
+        monitor.check(time.time_ns(), alerts.probe(self.broker.topics, monitor.rules))
+        self._alert_timer = self.loop.call_later(self._alert_interval, self._check_alerts)
+
     def disconnect(self, client_ids: list[int]) -> None:
         for client_id in client_ids:
             conn = self.clients.get(client_id)
@@ -436,6 +476,10 @@ class NSQD:
     async def _shutdown(self) -> None:
         if self._scan_timer is not None:
             self._scan_timer.cancel()
+        if self._alert_timer is not None:
+            self._alert_timer.cancel()
+        if self._statsd is not None:
+            await self._statsd.stop()
         if self.lookup is not None:
             await self.lookup.stop()
         if self._tcp_server is not None:

@@ -599,6 +599,40 @@ class DiskQueue:
         else:
             self._remove_segment(old)
 
+    def peek(self, size: int) -> bytes | None:
+        """Up to ``size`` leading bytes of the next unread record, leaving it unread.
+
+        For a cheap look at the head (the backlog-age alert): one ``pread``, through the
+        reader's descriptor when it is open. None when nothing is unread or the head cannot be
+        read; damage is left for ``read`` to find and handle.
+        """
+        if self._closed or not self.depth:
+            return None
+        num, pos = self._read_file, self._read_pos
+        try:
+            while num < self._write_file or (num == self._write_file and pos < self._write_pos):
+                head = self._pread(num, pos, 4 + size)
+                if len(head) < 4:  # the end of a completed segment: the head is in the next
+                    num, pos = num + 1, 0
+                    continue
+                (length,) = _LEN.unpack_from(head)
+                if not MIN_MSG_SIZE <= length <= self.max_record_size:
+                    return None
+                return head[4 : 4 + min(length, size)]
+        except OSError:
+            return None
+        return None
+
+    def _pread(self, num: int, pos: int, size: int) -> bytes:
+        reader = self._reader
+        if reader is not None and num == self._read_file:
+            return os.pread(reader.fd, size, pos)
+        fd = os.open(self._segment_path(num), os.O_RDONLY)
+        try:
+            return os.pread(fd, size, pos)
+        finally:
+            os.close(fd)
+
     def finish(self, token: int) -> None:
         """The record read with ``token`` is done with (only with ``track_acks``)."""
         unfinished = self._unfinished

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from nsqpy._internal import prometheus
 from nsqpy._internal.goflag import GoNumError, parse_go_int
 from nsqpy._internal.http_api import (
     JSON_NULL,
@@ -30,7 +31,8 @@ from nsqpy._internal.http_api import (
     read_limited,
 )
 from nsqpy._internal.logs import LEVELS
-from nsqpy.nsqd import stats
+from nsqpy.nsqd import metrics, stats
+from nsqpy.nsqd.alerts import shown_queues
 from nsqpy.nsqd.errors import BrokerError, QueueFull
 from nsqpy.nsqd.http_auth import HttpAuth
 from nsqpy.nsqd.options import TLS_REQUIRED, config_value, parse_log_level, version_string
@@ -72,6 +74,7 @@ class NsqdHttpApi:
         r.v1("POST", "/pub", self.pub, log=False)  # nsqd does not access-log publishes
         r.v1("POST", "/mpub", self.mpub, log=False)
         r.v1("GET", "/stats", self.stats)
+        r.add("GET", "/metrics", self.metrics, log=True)  # open, like /stats and /ping
         for action in ("create", "delete", "empty", "pause", "unpause"):
             r.v1("POST", f"/topic/{action}", getattr(self, f"topic_{action}"))
             r.v1("POST", f"/channel/{action}", getattr(self, f"channel_{action}"))
@@ -147,7 +150,8 @@ class NsqdHttpApi:
         health = self.nsqd.health
         if health != "OK":
             raise ApiError(500, health)
-        return health
+        # nsqpy's backlog alerts: still 200 (the node works), but the body says why to look
+        return self.nsqd.alerts.ping_text() or health
 
     async def info(self, request: web.Request, params: Params) -> object:
         nsqd, opts = self.nsqd, self.nsqd.opts
@@ -343,6 +347,8 @@ class NsqdHttpApi:
             include_clients,
         )
         memory = stats.memory_stats() if include_mem else None
+        monitor = nsqd.alerts
+        shown = shown_queues(snapshot) if monitor.enabled else None
         if query.get("format") == "json":
             return stats.stats_json(
                 snapshot,
@@ -350,6 +356,7 @@ class NsqdHttpApi:
                 health=nsqd.health,
                 start_time=nsqd.start_time,
                 memory=memory,
+                alerts=None if shown is None else monitor.stats_json(shown),
             )
         return stats.stats_text(
             snapshot,
@@ -358,7 +365,22 @@ class NsqdHttpApi:
             start_time=nsqd.start_time,
             now_ns=time.time_ns(),
             memory=memory,
+            alerts=None if shown is None else monitor.stats_text(shown),
         )
+
+    async def metrics(self, request: web.Request, params: Params) -> web.StreamResponse:
+        """Prometheus text format 0.0.4 (``nsqpy.nsqd.metrics``)."""
+        nsqd = self.nsqd
+        snapshot = stats.collect(nsqd.broker.topics, nsqd.clients, include_clients=False)
+        state = metrics.DaemonState(
+            version=NSQ_VERSION,
+            health=nsqd.health,
+            start_time=nsqd.start_time,
+            connections=len(nsqd.clients),
+            producers=metrics.producer_count(nsqd.clients),
+        )
+        body = metrics.metrics_text(snapshot, state, nsqd.alerts)
+        return web.Response(body=body.encode(), headers={"Content-Type": prometheus.CONTENT_TYPE})
 
     # -- runtime options ----------------------------------------------------------------------
     async def config(self, request: web.Request, params: Params) -> object:

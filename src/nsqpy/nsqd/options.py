@@ -21,6 +21,7 @@ from nsqpy._internal.goflag import (
     FlagKind,
     FlagSet,
     ParsedFlags,
+    ValueParser,
     exit_fatal,
     format_go_float,
     go_quote,
@@ -30,6 +31,7 @@ from nsqpy._internal.goflag import (
 )
 from nsqpy._internal.logs import parse_level
 from nsqpy._version import __version__
+from nsqpy.nsqd.alerts import AGE, DEPTH, Kind, parse_rule
 from nsqpy.protocol.constants import NSQ_VERSION
 
 # Options without a flag: fixed in NSQ, kept as fields too so tests can shorten them.
@@ -161,6 +163,10 @@ class NsqdOptions:
     # end-to-end latency
     e2e_processing_latency_percentiles: list[float] = field(default_factory=list)
     e2e_processing_latency_window_time: int = 10 * MINUTE
+    #: nsqpy only (NSQ #1175): backlog alert rules, ``[TOPIC[:CHANNEL]=]N`` / ``=DURATION``.
+    alert_depths: list[str] = field(default_factory=list)
+    alert_ages: list[str] = field(default_factory=list)
+    alert_check_interval: int = 1 * SECOND
     # TLS
     tls_cert: str = ""
     tls_key: str = ""
@@ -400,6 +406,43 @@ def _add_e2e_flags(fs: FlagSet, d: NsqdOptions) -> None:
     )
 
 
+def _alert_flag(kind: Kind) -> ValueParser:
+    """A repeatable rule flag: each value is checked as it is given, then appended."""
+
+    def parse(text: str, current: object) -> object:
+        parse_rule(text, kind)
+        return [*(current if isinstance(current, list) else []), text]
+
+    return parse
+
+
+def _add_alert_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_value(
+        "alert-depth",
+        list(d.alert_depths),
+        "(nsqpy) raise a backlog alert when a queue's depth reaches N, written "
+        "`[TOPIC[:CHANNEL]=]N` (a bare N: every topic and channel; * globs; the most specific "
+        "rule wins; N<=0 disables; may be given multiple times)",
+        parser=_alert_flag(DEPTH),
+        coerce_as=FlagKind.STRING_ARRAY,
+        cfg="alert_depths",
+    )
+    fs.add_value(
+        "alert-age",
+        list(d.alert_ages),
+        "(nsqpy) raise a backlog alert when a queue's oldest message is this old, written "
+        "`[TOPIC[:CHANNEL]=]DURATION` (same rules as --alert-depth)",
+        parser=_alert_flag(AGE),
+        coerce_as=FlagKind.STRING_ARRAY,
+        cfg="alert_ages",
+    )
+    fs.add_duration(
+        "alert-check-interval",
+        d.alert_check_interval,
+        "(nsqpy) how often queues are compared with the --alert-depth/--alert-age thresholds",
+    )
+
+
 def _add_tls_flags(fs: FlagSet, d: NsqdOptions) -> None:
     fs.add_string("tls-cert", d.tls_cert, "path to certificate file")
     fs.add_string("tls-key", d.tls_key, "path to key file")
@@ -449,6 +492,7 @@ def nsqd_flag_set(defaults: NsqdOptions | None = None) -> FlagSet:
         _add_client_flags,
         _add_statsd_flags,
         _add_e2e_flags,
+        _add_alert_flags,
         _add_tls_flags,
         _add_compression_flags,
     ):
@@ -523,6 +567,22 @@ def validate(opts: NsqdOptions) -> None:
             raise OptionsError(
                 f"invalid E2E processing latency percentile: {format_go_float(percentile)}"
             )
+    validate_alerts(opts)
+
+
+def validate_alerts(opts: NsqdOptions) -> None:
+    """The alert rules (a config file's are not checked while flags are parsed)."""
+    for flag, kind, values in (
+        ("--alert-depth", DEPTH, opts.alert_depths),
+        ("--alert-age", AGE, opts.alert_ages),
+    ):
+        for text in values:
+            try:
+                parse_rule(text, kind)
+            except ValueError as err:
+                raise OptionsError(f"invalid {flag} {go_quote(text)} - {err}") from None
+    if opts.alert_check_interval <= 0 and (opts.alert_depths or opts.alert_ages):
+        raise OptionsError("--alert-check-interval must be > 0")
 
 
 def version_string() -> str:

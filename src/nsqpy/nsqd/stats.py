@@ -13,7 +13,8 @@ Quirks kept on purpose, because tools parse them:
 - ``pub_counts`` holds at most one topic (the first one matching the topic filter), and is
   omitted when empty;
 - ``e2e_processing_latency`` is ``{"count":0,"percentiles":null}`` while percentiles are not
-  configured (which is always, for now).
+  configured (``--e2e-processing-latency-percentile``), and for a topic none of whose channels
+  tracks them; otherwise ``percentiles`` lists every configured quantile, even with count 0.
 
 Memory figures come from CPython rather than Go's runtime; see ``memory_stats``.
 """
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nsqpy._internal.duration import SECOND, format_go_duration
+from nsqpy.nsqd.quantile import LatencySummary
 
 if TYPE_CHECKING:
     import ssl
@@ -71,12 +73,24 @@ class ClientView(Protocol):
     def auth_state(self) -> AuthState | None: ...
 
 
-# -- the hook the e2e latency work will fill in ---------------------------------------------------
+# -- end-to-end latency -------------------------------------------------------------------------
+
+
+def e2e_json(summary: LatencySummary) -> E2eResult:
+    """nsqd's quantile.Result: ``{"count": N, "percentiles": [{"quantile", "value"}] | null}``
+    (Go marshals each percentile as a map, so its keys come sorted)."""
+    percentiles = summary.percentiles
+    return {
+        "count": summary.count,
+        "percentiles": None
+        if percentiles is None
+        else [{"quantile": q, "value": value} for q, value in percentiles],
+    }
 
 
 def e2e_latency(owner: Topic | Channel) -> E2eResult:
-    """``e2e_processing_latency``; percentiles are not tracked yet (nsqd's default)."""
-    return {"count": 0, "percentiles": None}
+    """``e2e_processing_latency`` of a topic (its channels merged) or of a channel."""
+    return e2e_json(owner.e2e_summary())
 
 
 # -- records --------------------------------------------------------------------------------------
@@ -477,8 +491,13 @@ def stats_json(
     health: str,
     start_time: int,
     memory: MemoryStats | None,
+    alerts: list[dict[str, object]] | None = None,
 ) -> dict[str, object]:
-    """The ``/stats?format=json`` document, keys in nsqd's order (memory is omitempty)."""
+    """The ``/stats?format=json`` document, keys in nsqd's order (memory is omitempty).
+
+    ``alerts`` (nsqpy's backlog alerts) is added last, and only when alert rules are
+    configured, so that by default the document is exactly nsqd's.
+    """
     doc: dict[str, object] = {
         "version": version,
         "health": health,
@@ -488,6 +507,8 @@ def stats_json(
     if memory is not None:
         doc["memory"] = memory.to_json()
     doc["producers"] = None if stats.producers is None else [p.to_json() for p in stats.producers]
+    if alerts is not None:
+        doc["alerts"] = alerts
     return doc
 
 
@@ -552,8 +573,12 @@ def stats_text(
     start_time: int,
     now_ns: int,
     memory: MemoryStats | None,
+    alerts: list[str] | None = None,
 ) -> str:
-    """nsqd's printStats; ``now_ns`` is wall-clock ns (uptime and "connected" durations)."""
+    """nsqd's printStats; ``now_ns`` is wall-clock ns (uptime and "connected" durations).
+
+    ``alerts``: lines for an ``Alerts:`` section at the end (only when rules are configured).
+    """
     uptime_ns = max(now_ns - start_time * SECOND, 0)
     lines = [
         version_line,
@@ -576,4 +601,6 @@ def stats_text(
     producers = stats.producers or []
     lines.extend(["", "Producers:" if producers else "Producers: None"])
     lines.extend(f"   {producer.text(now_ns)}" for producer in producers)
+    if alerts is not None:
+        lines.extend(["", "Alerts:" if alerts else "Alerts: None", *alerts])
     return "\n".join(lines) + "\n"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from nsqpy._internal import prometheus
 from nsqpy._internal.http_api import (
     ApiError,
     Params,
@@ -19,6 +20,7 @@ from nsqpy._internal.http_api import (
     Router,
     add_pprof_placeholders,
 )
+from nsqpy.nsqlookupd.metrics import Limits, metrics_text
 from nsqpy.nsqlookupd.registry import PeerInfo, Producer
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.names import is_valid_name
@@ -93,6 +95,7 @@ class LookupdHttpApi:
         r.v1("GET", "/topics", self.topics)
         r.v1("GET", "/channels", self.channels)
         r.v1("GET", "/nodes", self.nodes)
+        r.add("GET", "/metrics", self.metrics, log=True)
         r.v1("POST", "/topic/create", self.topic_create)
         r.v1("POST", "/topic/delete", self.topic_delete)
         r.v1("POST", "/channel/create", self.channel_create)
@@ -140,6 +143,13 @@ class LookupdHttpApi:
     async def nodes(self, request: web.Request, params: Params) -> object:
         nodes = self.db.nodes(*self._timeouts)
         return {"producers": [_node(*node) for node in nodes]}
+
+    async def metrics(self, request: web.Request, params: Params) -> web.StreamResponse:
+        """Prometheus text format 0.0.4 (``nsqpy.nsqlookupd.metrics``)."""
+        opts = self.lookupd.opts
+        limits = Limits(opts.inactive_producer_timeout, opts.tombstone_lifetime)
+        body = metrics_text(self.db, limits, len(self.lookupd.connections))
+        return web.Response(body=body.encode(), headers={"Content-Type": prometheus.CONTENT_TYPE})
 
     # -- admin --------------------------------------------------------------------------------
     async def topic_create(self, request: web.Request, params: Params) -> object:
