@@ -9,7 +9,6 @@ stops everything. Pass ``clock`` (wall-clock seconds) to control timestamps in t
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Final
 
 from aiohttp import web
 
+from nsqpy._internal.listen import ListenError, bound_port, format_address, serve_http
 from nsqpy._internal.logs import LEVELS
 from nsqpy.nsqadmin.cluster import ClusterInfo
 from nsqpy.nsqadmin.notify import Notifier
@@ -32,22 +32,6 @@ SHUTDOWN_GRACE: Final = 2.0
 
 class StartupError(Exception):
     """nsqadmin cannot start with these options; the message says why (Go's wording)."""
-
-
-def _split_listen_address(address: str) -> tuple[str | None, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address}: missing port in address")
-    if port and not port.isdigit():
-        raise ValueError(f"address {address}: unknown port")
-    return (host.strip("[]") or None), int(port or 0)
-
-
-def _format_sockname(sockname: object) -> str:
-    if isinstance(sockname, tuple):
-        host, port = sockname[0], sockname[1]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return str(sockname)
 
 
 class NSQAdmin:
@@ -95,22 +79,13 @@ class NSQAdmin:
         from nsqpy.nsqadmin.http_api import make_app
 
         address = self.opts.http_address
-        runner = web.AppRunner(
-            make_app(self), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
-        )
-        await runner.setup()
         try:
-            host, port = _split_listen_address(address)
-            site = web.TCPSite(runner, host, port, reuse_address=True)
-            await site.start()
-        except (OSError, ValueError) as err:
-            await runner.cleanup()
-            raise StartupError(f"listen ({address}) failed - {err}") from err
-        self._runner = runner
-        server = site._server  # the bound asyncio server, to learn the real port
-        sockets: list[socket.socket] = list(getattr(server, "sockets", None) or [])
-        sockname = sockets[0].getsockname()
-        self.http_address, self.http_port = _format_sockname(sockname), int(sockname[1])
+            self._runner, sockname = await serve_http(
+                make_app(self), address, shutdown_timeout=SHUTDOWN_GRACE
+            )
+        except ListenError as err:
+            raise StartupError(str(err)) from err
+        self.http_address, self.http_port = format_address(sockname), bound_port(sockname)
         log.info("HTTP: listening on %s", self.http_address)
 
     def set_log_level(self, level: str) -> None:

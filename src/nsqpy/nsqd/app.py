@@ -12,7 +12,6 @@ import dataclasses
 import itertools
 import logging
 import os
-import socket
 import ssl
 import time
 from typing import TYPE_CHECKING, Final
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 import aiohttp
 from aiohttp import web
 
+from nsqpy._internal.listen import ListenError, bound_port, format_address, serve_http
 from nsqpy._version import __version__
 from nsqpy.nsqd import alerts, auth, metadata, stats
 from nsqpy.nsqd import tls as nsqd_tls
@@ -55,13 +55,6 @@ def _split_host_port(address: str) -> tuple[str, int] | None:
     if not sep or not port.isdigit():
         return None
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def _format_address(sockname: object) -> str:
-    if isinstance(sockname, tuple):
-        host, port = sockname[0], sockname[1]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return str(sockname)
 
 
 class NSQD:
@@ -356,8 +349,8 @@ class NSQD:
             raise StartupError(f"listen ({address}) failed - {err}") from err
         self._tcp_server = server
         sockname = server.sockets[0].getsockname()
-        self.tcp_address = _format_address(sockname)
-        self.tcp_port = sockname[1] if isinstance(sockname, tuple) else -1
+        self.tcp_address = format_address(sockname)
+        self.tcp_port = bound_port(sockname)
         log.info("TCP: listening on %s", self.tcp_address)
 
     async def _start_http(self) -> None:
@@ -365,8 +358,8 @@ class NSQD:
         if not address:
             return
         self._http_runner, sockname = await self._serve_http(address, None, "HTTP")
-        self.http_address = _format_address(sockname)
-        self.http_port = sockname[1] if isinstance(sockname, tuple) else -1
+        self.http_address = format_address(sockname)
+        self.http_port = bound_port(sockname)
         log.info("HTTP: listening on %s", self.http_address)
 
     async def _start_https(self) -> None:
@@ -375,8 +368,8 @@ class NSQD:
         if not address or self.tls_context is None:
             return
         self._https_runner, sockname = await self._serve_http(address, self.tls_context, "HTTPS")
-        self.https_address = _format_address(sockname)
-        self.https_port = sockname[1] if isinstance(sockname, tuple) else -1
+        self.https_address = format_address(sockname)
+        self.https_port = bound_port(sockname)
         log.info("HTTPS: listening on %s", self.https_address)
 
     async def _serve_http(
@@ -384,32 +377,13 @@ class NSQD:
     ) -> tuple[web.AppRunner, object]:
         from nsqpy.nsqd.http_api import make_app
 
-        runner = web.AppRunner(
-            make_app(self, tls=context is not None),
-            access_log=None,
-            handle_signals=False,
-            shutdown_timeout=SHUTDOWN_GRACE,
-        )
-        await runner.setup()
-        hostport = _split_host_port(address)
-        site: web.BaseSite
-        if hostport is None:
-            site = web.UnixSite(runner, address, ssl_context=context)
-        else:
-            site = web.TCPSite(
-                runner, hostport[0], hostport[1], reuse_address=True, ssl_context=context
-            )
+        app = make_app(self, tls=context is not None)
         try:
-            await site.start()
-        except OSError as err:
-            await runner.cleanup()
-            raise StartupError(f"listen ({address}) failed - {err}") from err
-        server = site._server  # the bound asyncio server, to learn the real port
-        if server is None:
-            await runner.cleanup()
-            raise StartupError(f"listen ({address}) failed - no {name} server")
-        sockets: list[socket.socket] = list(getattr(server, "sockets", None) or [])
-        return runner, sockets[0].getsockname()
+            return await serve_http(
+                app, address, shutdown_timeout=SHUTDOWN_GRACE, ssl_context=context, unix=True
+            )
+        except ListenError as err:
+            raise StartupError(str(err)) from err
 
     # -- auth server ----------------------------------------------------------------------------
     async def query_auth(

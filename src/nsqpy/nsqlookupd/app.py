@@ -16,9 +16,16 @@ from typing import Final
 
 from aiohttp import web
 
+from nsqpy._internal.listen import (
+    ListenError,
+    bound_port,
+    format_address,
+    serve_http,
+    split_host_port,
+)
 from nsqpy.nsqlookupd.options import NsqlookupdOptions, version_string
 from nsqpy.nsqlookupd.registry import Clock, RegistrationDB
-from nsqpy.nsqlookupd.tcp import LookupConnection, format_peer
+from nsqpy.nsqlookupd.tcp import LookupConnection
 
 log = logging.getLogger("nsqpy.nsqlookupd")
 
@@ -30,23 +37,10 @@ class StartupError(Exception):
     """nsqlookupd cannot start with these options; the message says why."""
 
 
-def split_host_port(address: str) -> tuple[str | None, int]:
-    """Go's ``net.Listen("tcp", address)`` address: ``host:port``, ``[v6]:port``, ``:port``.
-
-    An empty host means every interface (None for asyncio). ValueError when not host:port.
-    """
-    host, sep, port = address.rpartition(":")
-    if not sep:
-        raise ValueError(f"address {address}: missing port in address")
-    if not port.isdigit() and port != "":
-        raise ValueError(f"address {address}: unknown port")
-    return (host.strip("[]") or None), int(port or 0)
-
-
 def _bound(server: asyncio.AbstractServer) -> tuple[str, int]:
     sockets: list[socket.socket] = list(getattr(server, "sockets", None) or [])
     sockname = sockets[0].getsockname()
-    return format_peer(sockname), int(sockname[1])
+    return format_address(sockname), bound_port(sockname)
 
 
 class NSQLookupd:
@@ -99,23 +93,13 @@ class NSQLookupd:
         from nsqpy.nsqlookupd.http_api import make_app
 
         address = self.opts.http_address
-        runner = web.AppRunner(
-            make_app(self), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE
-        )
-        await runner.setup()
         try:
-            host, port = split_host_port(address)
-            site = web.TCPSite(runner, host, port, reuse_address=True)
-            await site.start()
-        except (OSError, ValueError) as err:
-            await runner.cleanup()
-            raise StartupError(f"listen ({address}) failed - {err}") from err
-        self._http_runner = runner
-        server = site._server  # the bound asyncio server, to learn the real port
-        if server is None:
-            await runner.cleanup()
-            raise StartupError(f"listen ({address}) failed - no server")
-        self.http_address, self.http_port = _bound(server)
+            self._http_runner, sockname = await serve_http(
+                make_app(self), address, shutdown_timeout=SHUTDOWN_GRACE
+            )
+        except ListenError as err:
+            raise StartupError(str(err)) from err
+        self.http_address, self.http_port = format_address(sockname), bound_port(sockname)
         log.info("HTTP: listening on %s", self.http_address)
 
     async def stop(self) -> None:
