@@ -23,8 +23,10 @@ Two flavours:
   ``127.0.0.1:PORT``), ``publish(topic, bodies, node=0)``, ``create_channel``, ``stats(node)``
   (nsqd's /stats JSON), ``get_json(url)``, ``consumer(topic, channel, node=0)`` (an ``nsq_tail``
   process that FINs everything; ``.terminate()`` it or let ``close()`` do it) and ``close()``.
-  ``process_cluster_factory(admin_flags=[...])`` starts another one with extra nsqadmin flags
-  (e.g. ``--admin-user=alice``); each is closed at the end of the test.
+  ``process_cluster_factory(admin_flags=[...], nsqd_flags=[...], nsqd_count=2)`` starts another
+  one with extra nsqadmin flags (e.g. ``--admin-user=alice``) and extra flags for every nsqd
+  (e.g. ``--e2e-processing-latency-percentile=0.99,0.5``, ``--alert-depth=t:c=20``); each is
+  closed at the end of the test.
 """
 
 from __future__ import annotations
@@ -285,16 +287,28 @@ class Daemon:
 class ProcessCluster:
     """nsqlookupd + 2 nsqd + nsqadmin as processes; see the module docstring."""
 
-    def __init__(self, tmp_path: Path, admin_flags: Sequence[str] = (), nsqd_count: int = 2):
+    def __init__(
+        self,
+        tmp_path: Path,
+        admin_flags: Sequence[str] = (),
+        nsqd_count: int = 2,
+        nsqd_flags: Sequence[str] = (),
+    ) -> None:
         self.daemons: list[Daemon] = []
         self.consumers: list[subprocess.Popen[bytes]] = []
         try:
-            self._start(tmp_path, admin_flags, nsqd_count)
+            self._start(tmp_path, admin_flags, nsqd_count, nsqd_flags)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, tmp_path: Path, admin_flags: Sequence[str], nsqd_count: int) -> None:
+    def _start(
+        self,
+        tmp_path: Path,
+        admin_flags: Sequence[str],
+        nsqd_count: int,
+        nsqd_flags: Sequence[str],
+    ) -> None:
         lookupd = self._spawn(
             "nsqlookupd",
             "--tcp-address=127.0.0.1:0",
@@ -315,6 +329,7 @@ class ProcessCluster:
                     "--broadcast-address=127.0.0.1",
                     f"--data-path={data}",
                     f"--lookupd-tcp-address={lookupd.addresses['TCP']}",
+                    *nsqd_flags,
                 )
             )
         admin = self._spawn(
@@ -420,8 +435,10 @@ def process_cluster_factory(
 ) -> Iterator[Callable[..., ProcessCluster]]:
     started: list[ProcessCluster] = []
 
-    def start(admin_flags: Sequence[str] = (), nsqd_count: int = 2) -> ProcessCluster:
-        cluster = ProcessCluster(tmp_path / f"c{len(started)}", admin_flags, nsqd_count)
+    def start(
+        admin_flags: Sequence[str] = (), nsqd_count: int = 2, nsqd_flags: Sequence[str] = ()
+    ) -> ProcessCluster:
+        cluster = ProcessCluster(tmp_path / f"c{len(started)}", admin_flags, nsqd_count, nsqd_flags)
         started.append(cluster)
         return cluster
 

@@ -290,6 +290,13 @@ def test_nodes_and_node_pages(tab: Tab) -> None:
     section = page.locator('section.node-topic[data-topic="inventory"]')
     expect(section).to_contain_text("messages 7")
     expect(section.locator("td.depth")).to_have_text("7")  # the sync channel holds them
+    # charts of the node's totals (exact values: test_e2e_percentiles_and_a_real_backlog_alert)
+    page.wait_for_function(
+        "() => Number(document.querySelector('#chart-rate svg')?.dataset.points || 0) >= 2"
+    )
+    expect(page.locator("#chart-depth svg path.line")).to_have_count(3)
+    legends = [re.compile(f"^{name} [\\d,]+$") for name in ("topics", "channels", "in-flight")]
+    expect(page.locator("#chart-depth .legend")).to_have_text(legends)
     tab.shot("node")
 
 
@@ -543,6 +550,135 @@ def test_base_path_and_admin_users(
             context.close()
 
 
+# -- nsqd's e2e percentiles and backlog alerts, for real ----------------------------------------
+
+E2E_FLAGS = [
+    "--e2e-processing-latency-percentile=0.99,0.5",
+    "--alert-depth=latency:*=20",  # the channels of one topic
+    "--alert-check-interval=50ms",
+]
+DURATION = re.compile(r"^([\d.]+)(ns|µs|ms|s)$")
+UNIT_NS = {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def nanos(text: str) -> float:
+    """A duration as the UI prints it (``12.34ms``) in ns."""
+    match = DURATION.match(text.strip())
+    assert match, f"not a duration: {text!r}"
+    return float(match.group(1)) * UNIT_NS[match.group(2)]
+
+
+def e2e_of(doc: Any, channel: str = "") -> Any:
+    """The latency topic's (or one of its channels') e2e_processing_latency in nsqd's /stats."""
+    [owner] = (t for t in doc["topics"] if t["topic_name"] == "latency")
+    if channel:
+        [owner] = (c for c in owner["channels"] if c["channel_name"] == channel)
+    return owner["e2e_processing_latency"]
+
+
+def weighted(stats: list[Any], quantile: float, channel: str = "") -> float:
+    """The count-weighted average of the nodes' e2e value (nsqadmin's aggregate)."""
+    total = count = 0.0
+    for doc in stats:
+        e2e = e2e_of(doc, channel)
+        [value] = (p["value"] for p in e2e["percentiles"] if p["quantile"] == quantile)
+        count += e2e["count"]
+        total += value * e2e["count"]
+    return total / count
+
+
+def e2e_texts(page: Page, row: str) -> list[str]:
+    return [t.strip() for t in page.locator(f"{row} td.e2e").all_inner_texts()]
+
+
+def test_e2e_percentiles_and_a_real_backlog_alert(
+    browser: Browser, process_cluster_factory: Callable[..., ProcessCluster]
+) -> None:
+    cluster = process_cluster_factory(nsqd_flags=E2E_FLAGS)
+    for node in (0, 1):
+        cluster.create_channel("latency", "workers", node)
+        cluster.create_channel("latency", "backlog", node)  # nobody consumes it
+    consumer = CountingConsumer(cluster, "latency", "workers", nodes=(0, 1))
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    try:
+        started = time.monotonic()
+        publish_counts(cluster, "latency", {0: 10, 1: 6})
+        poll(lambda: consumer.received == 16, "the consumer to FIN all 16")
+
+        def recorded() -> int:  # FINs nsqd has recorded: the consumer's may still be in transit
+            return sum(e2e_of(cluster.stats(n), "workers")["count"] for n in (0, 1))
+
+        poll(lambda: recorded() == 16, "nsqd to record the 16 FINs")
+        bound = (time.monotonic() - started) * 1e9  # no message can have waited longer
+        stats = [cluster.stats(node) for node in (0, 1)]
+        tab = Tab(context.new_page(), cluster)
+        page = tab.open("topics/latency")
+
+        # the topic page: E2E columns with nsqd's real figures (per node, and merged)
+        group = page.locator("#channels thead tr.group")
+        expect(group).to_contain_text("E2E Processing Latency")
+        expect(page.locator("#channels thead th", has_text=re.compile(r"^p\d+$"))).to_have_text(
+            ["p99", "p50"]
+        )
+        workers = '#channels tr[data-channel="workers"]'
+        expect(page.locator(f"{workers} td.e2e")).to_have_count(2)
+        shown = e2e_texts(page, workers)
+        values = [nanos(t) for t in shown]
+        assert all(0 < v <= bound for v in values), (shown, bound)
+        assert values[0] >= values[1]  # p99 >= p50
+        for value, quantile in zip(values, (0.99, 0.5), strict=True):
+            assert value == pytest.approx(weighted(stats, quantile, "workers"), rel=0.01)
+        # nothing was FINed on the backlog channel: nsqd reports zeros
+        assert e2e_texts(page, '#channels tr[data-channel="backlog"]') == ["0ns", "0ns"]
+        for node, addr in enumerate(cluster.nsqd_http):
+            row = f'#topic-nodes tr[data-node="{addr}"]'
+            p99 = nanos(e2e_texts(page, row)[0])
+            assert p99 == pytest.approx(weighted([stats[node]], 0.99), rel=0.01)
+        tab.shot("topic-e2e")
+
+        # the channel page: the same columns per node and in total
+        page.click('#channels a:text-is("workers")')
+        total = "#channel-nodes tr.total"
+        expect(page.locator(f"{total} td.e2e")).to_have_count(2)
+        merged = [nanos(t) for t in e2e_texts(page, total)]
+        assert merged == pytest.approx(values, rel=0.01)
+        expect(page.locator("#alerts")).to_be_hidden()  # 10 and 6 queued: under 20
+
+        # past the threshold on nsqd 0's backlog channel: nsqd raises the alert, nsqadmin
+        # relays it, every page shows it
+        publish_counts(cluster, "latency", {0: 15})
+        banner = page.locator("#alerts")
+        expect(banner.locator("li")).to_have_count(1)
+        expect(banner).to_contain_text("latency/backlog")
+        expect(banner).to_contain_text(f"on {cluster.nsqd_http[0]}")
+        expect(banner).to_contain_text("depth 25 (threshold 20)")
+        [alert] = cluster.get_json(cluster.admin_url + "api/alerts")["alerts"]
+        assert (alert["node"], alert["channel"], alert["value"]) == (
+            cluster.nsqd_http[0], "backlog", 25,
+        )  # fmt: skip
+        # the node page charts where the backlog waits: in its channels
+        page.click(f"#alerts a:text-is('{cluster.nsqd_http[0]}')")
+        expect(page).to_have_url(cluster.admin_url + "nodes/" + cluster.nsqd_http[0])
+        expect(page.locator("#chart-depth .legend")).to_have_text(
+            ["topics 0", "channels 25", "in-flight 0"]
+        )
+        expect(page.locator("#chart-rate figcaption b")).to_have_text(re.compile(r"/s$"))
+        expect(banner).to_be_visible()
+        tab.shot("node-alert")
+
+        # emptying the channel clears the alert, and the banner goes
+        banner.locator("a", has_text="latency/backlog").click()
+        expect(page).to_have_url(cluster.admin_url + "topics/latency/backlog")
+        page.get_by_role("button", name="Empty Queue").click()
+        expect(cell(page, "#channel-nodes", "tr.total", "depth")).to_have_text("0")
+        expect(banner).to_be_hidden()
+        assert cluster.get_json(cluster.admin_url + "api/alerts")["alerts"] == []
+        assert not tab.errors, tab.errors
+    finally:
+        context.close()
+        consumer.close()
+
+
 # -- escaping ---------------------------------------------------------------------------------
 
 
@@ -555,7 +691,7 @@ def test_names_from_the_api_are_escaped(tab: Tab) -> None:
         route.fulfill(json={"topics": [hostile], "message": ""})
 
     page.route(re.compile(r".*/api/topics$"), topics)
-    page.route(re.compile(r".*/api/history\?.*"), lambda r: r.fulfill(json={"points": []}))
+    page.route(re.compile(r".*/api/history/topics.*"), lambda r: r.fulfill(json={"topics": {}}))
     tab.open()
     link = page.locator("#topics-table tbody a")
     expect(link).to_have_text(hostile)

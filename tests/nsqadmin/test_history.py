@@ -136,3 +136,46 @@ def test_alerts_parser() -> None:
          "threshold": 60.0, "since": 1700000001},
     ]  # fmt: skip
     assert parse_alerts("h:4151", {"topics": []}) == []
+
+
+def test_topic_summaries_sum_nodes_and_keep_the_last_rates() -> None:
+    h = History(capacity=10)
+    h.record(100.0, {"a:1": stats(topic("t", 5, 10)), "b:1": stats(topic("t", 1, 2))})
+    h.record(102.0, {"a:1": stats(topic("t", 7, 20)), "b:1": stats(topic("t", 1, 6))})
+    h.record(104.0, {"a:1": stats(topic("t", 0, 20), topic("u", 3, 3)), "b:1": None})
+    assert h.topic_summaries(limit=60) == {
+        "t": {"ts": 104.0, "depth": 0, "message_count": 20, "rate": 0.0,
+              "rates": [None, 7.0, 0.0]},  # b failed the last round: its part is missing
+        "u": {"ts": 104.0, "depth": 3, "message_count": 3, "rate": None, "rates": [None]},
+    }  # fmt: skip
+    assert h.topic_summaries(limit=2)["t"]["rates"] == [7.0, 0.0]
+    # the same sums as points(): one pass for every topic instead of a query per topic
+    assert [p["rate"] for p in h.points("t")] == h.topic_summaries(limit=3)["t"]["rates"]
+    with pytest.raises(ValueError):
+        h.topic_summaries(limit=0)
+
+
+def test_topic_summaries_cut_series_keep_true_rates() -> None:
+    # b misses rounds 3..5, so its last samples reach further back than a's: every kept
+    # round's rate must still use each series' real previous sample
+    h = History(capacity=20)
+    for i in range(10):
+        b = None if 3 <= i <= 5 else stats(topic("t", 0, 100 * i))
+        h.record(float(i), {"a:1": stats(topic("t", 0, i)), "b:1": b})
+    full = [p["rate"] for p in h.points("t")]
+    for limit in range(1, 11):
+        assert h.topic_summaries(limit)["t"]["rates"] == full[-limit:], limit
+    assert full[6] == 1.0 + 100 * 4 / 4  # b's rate across its gap, averaged over 4 s
+
+
+def test_node_totals_and_every_channel() -> None:
+    h = History(capacity=10)
+    a_stats = stats(
+        topic("t", 1, 5, channel("c", 2, 4, in_flight=1), channel("d", 3, 4)),
+        topic("u", 7, 7),
+    )
+    h.record(1.0, {"a:1": a_stats, "b:1": stats(topic("t", 9, 9, channel("c", 9, 9)))})
+    assert point(h.points(node="a:1"), 0) == (1.0, 8, 1, 0, 12, None)  # t and u, not b
+    assert point(h.points(channel="*", node="a:1"), 0) == (1.0, 5, 1, 0, 8, None)
+    assert point(h.points("t", "*"), 0) == (1.0, 14, 1, 0, 17, None)  # both nodes' channels
+    assert h.points("u", "*") == []

@@ -11,12 +11,15 @@ lack that node).
 each series' ``message_count`` delta over the seconds between its consecutive points, summed
 over the series that have one: null for a first point, and a series whose counter went
 backwards (an nsqd restarted, a topic re-created) adds nothing for that round.
+``History.topic_summaries`` gives the same sums for every topic at once, cut to the last few
+rounds (the topics list's numbers and sparklines in one pass instead of one query per topic).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
+from itertools import islice
 from typing import Any, Final, NamedTuple
 
 #: A series: (node, topic, channel); channel "" is the topic itself.
@@ -109,31 +112,87 @@ class History:
         self, topic: str | None = None, channel: str | None = None, node: str | None = None
     ) -> list[dict[str, object]]:
         """Summed points, oldest first: ``{"ts", "depth", "in_flight_count", "deferred_count",
-        "message_count", "rate"}``. No topic: every topic (not channel) series."""
-        totals: dict[float, list[int]] = {}
-        rates: dict[float, float] = {}
-        for key, ring in self._series.items():
-            if not _matches(key, topic, channel, node):
-                continue
-            previous: Sample | None = None
-            for sample in ring:
-                sums = totals.setdefault(sample.ts, [0, 0, 0, 0])
-                for i, value in enumerate(sample[1:]):
-                    sums[i] += value
-                rate = _rate(previous, sample)
-                if rate is not None:
-                    rates[sample.ts] = rates.get(sample.ts, 0.0) + rate
-                previous = sample
-        return [
-            {"ts": ts, **dict(zip(_FIELDS, sums, strict=True)), "rate": rates.get(ts)}
-            for ts, sums in sorted(totals.items())
-        ]
+        "message_count", "rate"}``. No topic: every topic (not channel) series, so with a
+        node the node's totals. Channel ``*``: every channel series (of the topic, if given)."""
+        return _summed(
+            ring for key, ring in self._series.items() if _matches(key, topic, channel, node)
+        )
+
+    def topic_summaries(self, limit: int) -> dict[str, dict[str, object]]:
+        """Every topic, summed over nodes: its newest point's ``ts``, ``depth``,
+        ``message_count`` and ``rate``, and ``rates``, the rates of its last ``limit`` rounds
+        (oldest first). Topics sorted by name. Rates are rounded to 0.001 msg/s: a sparkline
+        needs no more, and the answer for many topics stays small."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        tails: dict[str, list[list[Sample]]] = {}
+        for (_, topic, channel), ring in self._series.items():
+            if channel == "":
+                # one sample more than shown: the oldest shown point's rate needs its previous
+                tails.setdefault(topic, []).append(_tail(ring, limit + 1))
+        summaries: dict[str, dict[str, object]] = {}
+        for topic in sorted(tails):
+            points = _summed(tails[topic])[-limit:]
+            last = points[-1]
+            summaries[topic] = {
+                "ts": last["ts"],
+                "depth": last["depth"],
+                "message_count": last["message_count"],
+                "rate": _rounded(last["rate"]),
+                "rates": [_rounded(p["rate"]) for p in points],
+            }
+        return summaries
+
+
+def _rounded(rate: object) -> float | None:
+    return round(rate, 3) if isinstance(rate, float) else None
+
+
+def _tail(ring: deque[Sample], count: int) -> list[Sample]:
+    """The last ``count`` samples of a ring, oldest first, without walking the rest."""
+    tail = list(islice(reversed(ring), count))
+    tail.reverse()
+    return tail
+
+
+def _summed(rings: Iterable[Iterable[Sample]]) -> list[dict[str, object]]:
+    """Per timestamp, the sums of the fields and of each series' own rate (see the module
+    docstring), oldest first.
+
+    A series cut to its last samples gives the right rates for every timestamp of the union
+    but the oldest ones: its first sample has no previous. ``topic_summaries`` cuts each series
+    to one sample more than it keeps, and the union's last ``limit`` timestamps all come after
+    every series' first kept sample (any series with ``limit + 1`` samples puts that many
+    timestamps at or after its first one into the union).
+    """
+    totals: dict[float, list[int]] = {}
+    rates: dict[float, float] = {}
+    for ring in rings:
+        previous: Sample | None = None
+        for sample in ring:
+            sums = totals.setdefault(sample.ts, [0, 0, 0, 0])
+            for i, value in enumerate(sample[1:]):
+                sums[i] += value
+            rate = _rate(previous, sample)
+            if rate is not None:
+                rates[sample.ts] = rates.get(sample.ts, 0.0) + rate
+            previous = sample
+    return [
+        {"ts": ts, **dict(zip(_FIELDS, sums, strict=True)), "rate": rates.get(ts)}
+        for ts, sums in sorted(totals.items())
+    ]
+
+
+#: ``channel`` value that selects every channel series.
+ALL_CHANNELS: Final = "*"
 
 
 def _matches(key: Key, topic: str | None, channel: str | None, node: str | None) -> bool:
     key_node, key_topic, key_channel = key
     if node is not None and key_node != node:
         return False
+    if channel == ALL_CHANNELS:
+        return key_channel != "" and (topic is None or key_topic == topic)
     if topic is None:
         return key_channel == ""
     return key_topic == topic and key_channel == (channel or "")

@@ -5,8 +5,8 @@ Every route sits under ``--base-path`` (Go's ``path.Join(basePath, p)``, so the 
 and codes; most carry ``"message"``: "" or ``WARNING: ...`` when some upstreams failed, while
 a query that reached no upstream at all is 502 ``UPSTREAM_ERROR: ...``. Mutating routes are
 403 ``FORBIDDEN`` unless the ACL header names an ``--admin-user`` (when any is set), and each
-action is posted to ``--notification-http-endpoint``. nsqpy adds ``/api/history`` and
-``/api/alerts`` (the sampler's data).
+action is posted to ``--notification-http-endpoint``. nsqpy adds ``/api/history``,
+``/api/history/topics`` and ``/api/alerts`` (the sampler's data).
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ T = TypeVar("T")
 _CONFIG_READ_MAX: Final = 1024 * 1024 + 1
 #: Mutating requests' JSON bodies are small; more than this is not read.
 _BODY_READ_MAX: Final = 1024 * 1024
+#: ``/api/history/topics``: rates per topic unless ``points`` asks otherwise, and at most.
+_SUMMARY_POINTS: Final = 60
+_SUMMARY_POINTS_MAX: Final = 600
 _PAGES: Final = (
     "/",
     "/topics",
@@ -122,6 +125,7 @@ class AdminHttpApi:
         r.v1("GET", bp("/api/counter"), self.counter)
         r.v1("GET", bp("/api/graphite"), self.graphite)
         r.v1("GET", bp("/api/history"), self.history)
+        r.v1("GET", bp("/api/history/topics"), self.history_topics)
         r.v1("GET", bp("/api/alerts"), self.alerts)
         r.v1("GET", bp("/config/:opt"), self.config)
         r.v1("PUT", bp("/config/:opt"), self.config)
@@ -308,6 +312,20 @@ class AdminHttpApi:
         )
         message = self.sampler.message
         return {"interval": self.sampler.interval, "points": points, "message": message}
+
+    async def history_topics(self, request: web.Request, params: Params) -> object:
+        """Every topic's newest numbers and recent rates at once (the topics list)."""
+        query = QueryParams.of(request)
+        if query.error is not None:
+            raise ApiError(400, "INVALID_REQUEST")
+        limit = _SUMMARY_POINTS
+        if raw := query.get("points"):
+            if not raw.isdigit() or not 1 <= int(raw) <= _SUMMARY_POINTS_MAX:
+                raise ApiError(400, "INVALID_POINTS")
+            limit = int(raw)
+        topics = self.sampler.history.topic_summaries(limit)
+        message = self.sampler.message
+        return {"interval": self.sampler.interval, "topics": topics, "message": message}
 
     async def alerts(self, request: web.Request, params: Params) -> object:
         return {"alerts": self.sampler.all_alerts(), "message": self.sampler.message}

@@ -12,7 +12,7 @@
   const INTERVAL_MS = Math.max(0.5, Number(CONFIG.sample_interval) || 2) * 1000;
   const IS_ADMIN = CONFIG.is_admin === true;
   const LOOKUPDS = Array.isArray(CONFIG.nsqlookupd) ? CONFIG.nsqlookupd : [];
-  const SPARKLINE_TOPICS = 100; // topics list: history is fetched for this many rows at most
+  const SPARK_POINTS = 60; // topics list: the sparkline's samples (one request for all topics)
 
   function readConfig() {
     const el = document.getElementById('nsqadmin-config');
@@ -95,6 +95,8 @@
     return `${s}s`;
   }
 
+  const spanText = (s) => (s >= 60 && s % 60 === 0 ? `${s / 60} min` : duration(s));
+
   function quantileLabel(q) {
     const p = +(q * 100).toFixed(4);
     return 'p' + p;
@@ -142,6 +144,24 @@
   // With a sub-second sample interval one sample's rate is mostly noise (a publish lands in
   // this sample or the next), so rates are taken over at least RATE_WINDOW seconds of samples.
   const RATE_WINDOW = 1;
+
+  // The same smoothing for a bare list of per-sample rates (evenly spaced by the interval):
+  // the mean over the last RATE_WINDOW seconds, restarting after a null.
+  function smoothList(rates, interval) {
+    const k = interval > 0 && interval < RATE_WINDOW ? Math.round(RATE_WINDOW / interval) : 1;
+    if (k <= 1) return rates;
+    let from = 0;
+    return rates.map((r, i) => {
+      if (!isNum(r)) {
+        from = i + 1;
+        return null;
+      }
+      const lo = Math.max(from, i - k + 1);
+      let sum = 0;
+      for (let j = lo; j <= i; j++) sum += rates[j];
+      return sum / (i - lo + 1);
+    });
+  }
 
   function smoothRates(hist) {
     const pts = hist && Array.isArray(hist.points) ? hist.points : [];
@@ -278,19 +298,26 @@
     return html`<figure class="chart" id="${id}">${head}<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${title}" data-points="${count}">${grid}${lines}<text class="axis" x="${L}" y="${H - 6}">${clock(t0)}</text><text class="axis" x="${W - R}" y="${H - 6}" text-anchor="end">${clock(t1)}</text></svg></figure>`;
   }
 
-  function sparkline(points) {
+  // A sparkline of evenly spaced rates (nulls break the line), the newest at the right edge, so
+  // every row of the topics list shares one time axis however young its topic.
+  function sparkRates(rates) {
+    const slots = Math.max(SPARK_POINTS, rates.length);
+    return sparkline(rates.map((rate, i) => ({ ts: slots - rates.length + i, rate })), [0, slots - 1]);
+  }
+
+  // domain: [t0, t1] of the x axis (default: the points' own first and last ts)
+  function sparkline(points, domain) {
     const pts = (points || []).filter((p) => isNum(p.ts));
     const vals = pts.map((p) => p.rate).filter(isNum);
     if (vals.length < 2) return html`<span class="spark-empty">…</span>`;
     const W = 120, H = 22;
-    const t0 = pts[0].ts, t1 = pts[pts.length - 1].ts || t0 + 1;
+    const [t0, t1] = domain || [pts[0].ts, pts[pts.length - 1].ts || pts[0].ts + 1];
     const top = Math.max(...vals) || 1;
     const segs = segments(pts, 'rate', (ts) => ((ts - t0) / Math.max(t1 - t0, 1e-9)) * W, (v) => 1 + (1 - v / top) * (H - 2));
     return html`<svg class="spark" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" data-points="${vals.length}" aria-hidden="true"><path d="${segs.map(pathOf).join('')}"/></svg>`;
   }
 
   const pointsOf = (hist) => (hist && Array.isArray(hist.points) ? hist.points : []);
-  const lastPoint = (hist) => (hist && hist.points && hist.points.length ? hist.points[hist.points.length - 1] : null);
 
   // ---------------------------------------------------------------- shared fragments
   const notice = (title, text) => html`<div class="notice"><strong>${title}</strong> ${text}</div>`;
@@ -325,10 +352,10 @@
     const mine = percentiles(e2e);
     return quantiles.map((q) => {
       const p = mine.find((x) => x.quantile === q);
-      if (!p) return html`<td class="num">–</td>`;
+      if (!p) return html`<td class="num e2e" data-quantile="${q}">–</td>`;
       const value = isNum(p.average) ? p.average : p.value;
       const tip = isNum(p.min) ? `${quantileLabel(q)}: min ${nanos(p.min)}, max ${nanos(p.max)}` : '';
-      return html`<td class="num" title="${tip}">${nanos(value)}</td>`;
+      return html`<td class="num e2e" data-quantile="${q}" title="${tip}">${nanos(value)}</td>`;
     });
   }
 
@@ -345,22 +372,31 @@
   PAGES.topics = {
     title: () => 'Topics',
     async load() {
-      const data = await api('GET', 'topics');
+      const [data, recent] = await Promise.all([
+        api('GET', 'topics'),
+        api('GET', 'history/topics?points=' + SPARK_POINTS).catch(() => null),
+      ]);
       const names = (Array.isArray(data.topics) ? data.topics : []).slice().sort();
-      const hists = await Promise.all(names.slice(0, SPARKLINE_TOPICS).map((t) => fetchHistory({ topic: t })));
-      return { message: data.message, rows: names.map((name, i) => ({ name, hist: hists[i] || null })) };
+      const all = recent && recent.topics && typeof recent.topics === 'object' ? recent.topics : {};
+      const interval = recent ? Number(recent.interval) : NaN;
+      const rows = names.map((name) => {
+        const sum = Object.prototype.hasOwnProperty.call(all, name) ? all[name] : null;
+        const rates = sum && Array.isArray(sum.rates) ? smoothList(sum.rates, interval) : [];
+        return { name, sum, rates };
+      });
+      return { message: data.message, rows, span: isNum(interval) ? interval * SPARK_POINTS : NaN };
     },
     render(d) {
       const filter = state.filter.toLowerCase();
       const rows = d.rows.filter((r) => r.name.toLowerCase().includes(filter));
       const table = !d.rows.length ? notice('Notice', 'No Topics Found') : html`
         <table class="grid" id="topics-table">
-          <thead><tr><th>Topic</th><th class="num">Depth</th><th class="num">Messages</th><th class="num">Rate</th><th>Last ${Math.round((CONFIG.history_seconds || 600) / 60)} min</th></tr></thead>
+          <thead><tr><th>Topic</th><th class="num">Depth</th><th class="num">Messages</th><th class="num">Rate</th><th>${isNum(d.span) ? 'Last ' + spanText(d.span) : 'Rate'}</th></tr></thead>
           <tbody>${rows.map((r) => {
-            const p = lastPoint(r.hist);
+            const s = r.sum;
             return html`<tr data-topic="${r.name}"><td><a href="${link(topicPath(r.name))}">${r.name}</a></td>
-              <td class="num depth">${num(p && p.depth)}</td><td class="num messages">${num(p && p.message_count)}</td>
-              <td class="num rate">${rate(p && p.rate)}</td><td>${r.hist ? sparkline(r.hist.points) : ''}</td></tr>`;
+              <td class="num depth">${num(s && s.depth)}</td><td class="num messages">${num(s && s.message_count)}</td>
+              <td class="num rate">${rate(r.rates[r.rates.length - 1])}</td><td>${s ? sparkRates(r.rates) : ''}</td></tr>`;
           })}</tbody>
         </table>${rows.length ? '' : notice('', 'No topic matches the filter.')}`;
       return html`<div class="page-head"><h1>Topics <small>${d.rows.length}</small></h1>
@@ -549,15 +585,30 @@
 
   PAGES.node = {
     title: ([node]) => node,
-    load: ([node]) => api('GET', nodePath(node)),
+    async load([node]) {
+      // the node's totals over its topics, and over its channels (where a backlog waits once
+      // a topic has channels)
+      const [data, hist, chans] = await Promise.all([
+        api('GET', nodePath(node)),
+        fetchHistory({ node }),
+        fetchHistory({ node, channel: '*' }),
+      ]);
+      return { ...data, hist, chans };
+    },
     render(d, [node]) {
       const topics = Array.isArray(d.topics) ? d.topics : [];
       const head = html`${crumbs([['Nodes', 'nodes'], [node, null]])}
         <div class="page-head"><h1><span class="kind">Node</span> ${node}</h1>
         <div class="summary"><span><b>${num(topics.length)}</b> Topics</span><span><b>${num(d.total_messages)}</b> Messages</span>
         <span><b>${num(d.total_clients)}</b> Clients</span></div></div>`;
-      if (!topics.length) return html`${head}${notice('Notice', 'No topics exist on this node.')}`;
-      return html`${head}${topics.map((t) => html`<section class="node-topic" data-topic="${t.topic_name}">
+      const topicPts = pointsOf(d.hist);
+      const chanPts = pointsOf(d.chans);
+      const charts = html`<section class="charts">
+        ${chart('chart-rate', 'Message rate, all topics', [{ label: 'published', key: 'rate', points: topicPts }], rate)}
+        ${chart('chart-depth', 'Depth, all topics', [{ label: 'topics', key: 'depth', points: topicPts },
+          { label: 'channels', key: 'depth', points: chanPts }, { label: 'in-flight', key: 'in_flight_count', points: chanPts }], num)}</section>`;
+      if (!topics.length) return html`${head}${charts}${notice('Notice', 'No topics exist on this node.')}`;
+      return html`${head}${charts}${topics.map((t) => html`<section class="node-topic" data-topic="${t.topic_name}">
         <h2>${button('tombstone', '✘', 'link', { topic: t.topic_name, node }, `Tombstone ${t.topic_name} on ${node}`)} <a href="${link(topicPath(t.topic_name))}">${t.topic_name}</a>${paused(t.paused)}
         <span class="h-stats">depth <b>${num(t.depth)}</b> · memory + disk <b>${num(t.memory_depth)} + ${num(t.backend_depth)}</b> · messages <b>${num(t.message_count)}</b> · channels <b>${num((t.channels || []).length)}</b></span></h2>
         ${(t.channels || []).length ? html`<table class="grid"><thead><tr>${channelCols('Channel')}</tr></thead><tbody>
