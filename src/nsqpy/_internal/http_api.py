@@ -24,6 +24,7 @@ at the details, so this module reproduces them:
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -74,6 +75,20 @@ class ApiError(Exception):
         super().__init__(text)
         self.status = status
         self.text = text
+
+
+def json_string_list(body: bytes) -> list[str]:
+    """A ``PUT /config`` body that must be a JSON array of strings, as Go's json.Unmarshal
+    into a ``[]string`` takes it (``null`` is empty); 400 ``INVALID_VALUE`` otherwise."""
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise ApiError(400, "INVALID_VALUE") from None
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ApiError(400, "INVALID_VALUE")
+    return value
 
 
 # -- response bodies ------------------------------------------------------------------------------

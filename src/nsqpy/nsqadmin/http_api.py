@@ -11,7 +11,6 @@ action is posted to ``--notification-http-endpoint``. nsqpy adds ``/api/history`
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -23,6 +22,7 @@ from nsqpy._internal.http_api import (
     Params,
     QueryParams,
     Router,
+    json_string_list,
     read_limited,
     remote_address,
     respond_plain,
@@ -449,7 +449,7 @@ class AdminHttpApi:
         if len(body) == _CONFIG_READ_MAX or not body:
             raise ApiError(413, "INVALID_VALUE")
         if name == "nsqlookupd_http_addresses":
-            self.opts.nsqlookupd_http_addresses = _string_list(body)
+            self.opts.nsqlookupd_http_addresses = json_string_list(body)
         elif name == "log_level":
             try:
                 level = parse_level(body.decode("utf-8", "surrogateescape"))
@@ -458,19 +458,6 @@ class AdminHttpApi:
             self.admin.set_log_level(level)
         else:
             raise ApiError(400, "INVALID_OPTION")
-
-
-def _string_list(body: bytes) -> list[str]:
-    """A JSON array of strings, as json.Unmarshal into a []string takes it."""
-    try:
-        value = json.loads(body)
-    except ValueError:
-        raise ApiError(400, "INVALID_VALUE") from None
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ApiError(400, "INVALID_VALUE")
-    return value
 
 
 def make_app(admin: NSQAdmin) -> web.Application:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import logging
 import socket
 import time
@@ -28,6 +27,7 @@ from nsqpy._internal.http_api import (
     QueryParams,
     Router,
     add_pprof_placeholders,
+    json_string_list,
     read_limited,
 )
 from nsqpy._internal.logs import LEVELS
@@ -402,7 +402,7 @@ class NsqdHttpApi:
             raise ApiError(413, "INVALID_VALUE")
         opts = self.nsqd.opts
         if name == "nsqlookupd_tcp_addresses":
-            self.nsqd.set_lookupd_addresses(_string_list(body))
+            self.nsqd.set_lookupd_addresses(json_string_list(body))
         elif name == "log_level":
             try:
                 level = parse_log_level(body.decode("utf-8", "surrogateescape"))
@@ -436,19 +436,6 @@ def _lines(data: bytes) -> list[bytes]:
     if parts[-1]:
         out.append(parts[-1])
     return out
-
-
-def _string_list(body: bytes) -> list[str]:
-    """A JSON array of strings, as json.Unmarshal into a []string accepts it."""
-    try:
-        value = json.loads(body)
-    except ValueError:
-        raise ApiError(400, "INVALID_VALUE") from None
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ApiError(400, "INVALID_VALUE")
-    return value
 
 
 async def _form_value(request: web.Request, key: str) -> str:
