@@ -111,13 +111,17 @@ class LookupPeer:
         while True:
             get = asyncio.ensure_future(self._queue.get())
             closed = asyncio.ensure_future(reader.read(1))
-            done, _ = await asyncio.wait(
-                {get, closed}, timeout=PING_INTERVAL, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in (get, closed):
-                if task not in done:
-                    task.cancel()
-            await asyncio.gather(get, closed, return_exceptions=True)
+            try:
+                done, _ = await asyncio.wait(
+                    {get, closed}, timeout=PING_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                # also when stop() cancels us mid-wait: a pending task left behind would be
+                # destroyed with the loop ("Task was destroyed but it is pending!")
+                for task in (get, closed):
+                    if not task.done():
+                        task.cancel()
+                await asyncio.gather(get, closed, return_exceptions=True)
             if closed in done:
                 raise ConnectionError("connection closed by nsqlookupd")
             command = get.result() if get in done else v1.PING
