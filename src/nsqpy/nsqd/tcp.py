@@ -6,19 +6,20 @@ Replies and delivered messages are appended to an output buffer that the daemon 
 per loop iteration (or at once when it passes 64 KiB), so a burst of deliveries costs one
 write. While the transport's own buffer is over its high-water mark the client is not
 ready for messages, which bounds memory for slow consumers.
+
+IDENTIFY, the TLS/compression upgrades and AUTH are in ``tcp_handshake.py``, a base class of
+:class:`V2Connection`, to keep this module (the per-command and per-message path) small.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
 
-from nsqpy.nsqd.auth import AuthServerError, AuthState
+from nsqpy.nsqd.auth import AuthState
 from nsqpy.nsqd.client import (
     STATE_CLOSING,
     STATE_INIT,
@@ -27,17 +28,9 @@ from nsqpy.nsqd.client import (
 )
 from nsqpy.nsqd.errors import BrokerError, InFlightError
 from nsqpy.nsqd.message import Message
-from nsqpy.nsqd.tls import common_name
+from nsqpy.nsqd.tcp_handshake import Handler, HandshakeMixin
 from nsqpy.protocol.command_reader import CommandReader, parse_mpub
-from nsqpy.protocol.compression import (
-    CompressionError,
-    DeflateDecoder,
-    DeflateEncoder,
-    SnappyDecoder,
-    SnappyEncoder,
-    StreamDecoder,
-    StreamEncoder,
-)
+from nsqpy.protocol.compression import CompressionError, StreamDecoder, StreamEncoder
 from nsqpy.protocol.constants import FRAME_TYPE_MESSAGE, MAGIC_V2, MSG_ID_LENGTH
 from nsqpy.protocol.errors import ClientError, SilentClose
 from nsqpy.protocol.frames import (
@@ -46,15 +39,13 @@ from nsqpy.protocol.frames import (
     MESSAGE_HEADER,
     OK_FRAME,
     encode_error,
-    encode_response,
 )
-from nsqpy.protocol.identify import ClientSettings, negotiate
+from nsqpy.protocol.identify import ClientSettings
 from nsqpy.protocol.names import is_valid_name
 from nsqpy.protocol.text import as_int64, byte_to_base10, go_quote
 
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import Awaitable
 
     from nsqpy.nsqd.app import NSQD
 
@@ -65,10 +56,6 @@ _pack_header = MESSAGE_HEADER.pack
 _MS: Final = 1_000_000
 #: Decompressed bytes handed to the command reader per step (bounds a decompression bomb).
 _INFLATE_STEP: Final = 65536
-#: nsqd's TLS handshake deadline.
-_TLS_HANDSHAKE_TIMEOUT: Final = 5.0
-
-Handler = Callable[[list[bytes], bytes | None, float], None]
 
 
 def _invalid(desc: str) -> ClientError:
@@ -84,7 +71,7 @@ class _Pending:
         self.frame: bytes | None = None
 
 
-class V2Connection(asyncio.Protocol):
+class V2Connection(HandshakeMixin, asyncio.Protocol):
     """One client connection."""
 
     def __init__(self, nsqd: NSQD) -> None:
@@ -597,194 +584,3 @@ class V2Connection(asyncio.Protocol):
 
     def _nop(self, params: list[bytes], body: bytes | None, now: float) -> None:
         return None
-
-    # -- IDENTIFY, upgrades and AUTH ---------------------------------------------------------
-    def _identify(self, params: list[bytes], body: bytes | None, now: float) -> None:
-        assert body is not None
-        settings, reply = negotiate(body, self.settings, self.nsqd.limits)
-        heartbeat_changed = settings.heartbeat_interval != self.settings.heartbeat_interval
-        self.settings = settings
-        self.state.client_id = settings.client_id
-        self.state.msg_timeout = settings.msg_timeout / 1000
-        self.state.sample_rate = settings.sample_rate
-        self._send_frame(OK_FRAME if reply is None else encode_response(reply))
-        if heartbeat_changed:
-            self._start_heartbeats()
-        if settings.tls_v1:
-            self.flush()  # the JSON reply goes out in the clear
-            self._stalled = self._upgrading = True
-            self._task = self.loop.create_task(self._upgrade_tls())
-        elif settings.snappy or settings.deflate:
-            self.flush()
-            self._start_compression()
-
-    async def _upgrade_tls(self) -> None:
-        log.info("PROTOCOL(V2): [%s] upgrading connection to TLS", self.remote_address)
-        context = self.nsqd.tls_context
-        assert context is not None and self.transport is not None
-        try:
-            transport = await self.loop.start_tls(
-                self.transport,
-                self,
-                context,
-                server_side=True,
-                ssl_handshake_timeout=_TLS_HANDSHAKE_TIMEOUT,
-            )
-        except (OSError, TimeoutError, ConnectionError) as err:
-            log.error(
-                "[%s] - E_IDENTIFY_FAILED IDENTIFY failed %s",
-                self.remote_address,
-                str(err) or "timeout",
-            )
-            self._upgrading = False
-            self._out.clear()
-            self.abort()
-            return
-        self._task = None
-        if transport is None or self._closing:
-            return
-        self.transport = transport
-        self.ssl_object = transport.get_extra_info("ssl_object")
-        self.tls = True
-        self._upgrading = False
-        self._handlers = self._all_handlers
-        self._send_frame(OK_FRAME)
-        self.flush()  # this OK is sent over TLS, before any compression starts
-        if self.settings.snappy or self.settings.deflate:
-            self._start_compression()
-        self._resume()
-
-    def _start_compression(self) -> None:
-        settings = self.settings
-        if settings.snappy:
-            log.info("PROTOCOL(V2): [%s] upgrading connection to snappy", self.remote_address)
-            self._encoder, self._decoder = SnappyEncoder(), SnappyDecoder()
-        else:
-            log.info(
-                "PROTOCOL(V2): [%s] upgrading connection to deflate (level %d)",
-                self.remote_address,
-                settings.deflate_level,
-            )
-            self._encoder = DeflateEncoder(settings.deflate_level)
-            self._decoder = DeflateDecoder()
-        # Bytes already buffered past IDENTIFY were sent before the client saw the upgrade:
-        # nsqd's new reader starts on the stream anew, so do we.
-        self.reader = CommandReader(
-            self.nsqd.opts.max_msg_size, self.nsqd.opts.max_body_size, self._line_check
-        )
-        self._send_frame(OK_FRAME)
-
-    def _resume(self) -> None:
-        """Run what was buffered while stalled, then read again."""
-        self._stalled = False
-        if self._closing:
-            return
-        now = self.loop.time()
-        if self._decoder is not None:
-            self._inflate(b"", now)
-        else:
-            self._run(now)
-        if not self._stalled and self.transport is not None and not self._closing:
-            self.transport.resume_reading()
-
-    def _stall_on(self, work: Awaitable[None]) -> None:
-        """Stop running commands (and reading) until ``work`` is done, then resume."""
-        self._stalled = True
-        if self.transport is not None:
-            self.transport.pause_reading()
-
-        async def run() -> None:
-            try:
-                await work
-            except ClientError as err:
-                self._task = None
-                log.error("[%s] - %s", self.remote_address, err)
-                self._send_frame(encode_error(err.wire))
-                self.close()
-                return
-            self._task = None
-            self._resume()
-
-        self._task = self.loop.create_task(run())
-
-    # AUTH (nsqd's protocolV2.AUTH / CheckAuth)
-    def _auth(self, params: list[bytes], body: bytes | None, now: float) -> None:
-        assert body is not None
-        if self.auth_state is not None and self.auth_state.authorizations:
-            raise _invalid("AUTH already set")
-        if not self._auth_on:
-            raise ClientError("E_AUTH_DISABLED", "AUTH disabled")
-        self._auth_secret = body.decode("utf-8", "surrogateescape")
-        self._stall_on(self._authenticate())
-
-    async def _authenticate(self) -> None:
-        await self._query_auth("AUTH failed")
-        state = self.auth_state
-        if state is None or not state.authorizations:
-            raise ClientError("E_UNAUTHORIZED", "AUTH no authorizations found")
-        reply = {
-            "identity": state.identity,
-            "identity_url": state.identity_url,
-            "permission_count": len(state.authorizations),
-        }
-        self._send_frame(encode_response(json.dumps(reply, separators=(",", ":")).encode()))
-
-    async def _query_auth(self, what: str) -> None:
-        try:
-            self.auth_state = await self.nsqd.query_auth(
-                remote_ip=self._auth_ip,
-                tls=self.tls,
-                common_name=common_name(self.ssl_object) if self.tls else "",
-                secret=self._auth_secret,
-            )
-        except AuthServerError as err:
-            # nsqd does not leak auth-server errors to (untrusted) clients: only logged.
-            log.warning("PROTOCOL(V2): [%s] %s - %s", self.remote_address, what, err)
-            raise ClientError("E_AUTH_FAILED", "AUTH failed") from None
-
-    def _check_auth_cached(self, cmd: str, topic: str, channel: str) -> None:
-        """What CheckAuth can decide without the auth server (MPUB checks before its body)."""
-        state = self.auth_state
-        if state is None or not state.authorizations:
-            raise ClientError("E_AUTH_FIRST", f"AUTH required before {cmd}")
-        if not state.is_expired(self.loop.time()) and not state.is_allowed(topic, channel):
-            raise ClientError(
-                "E_UNAUTHORIZED",
-                f"AUTH failed for {cmd} on {go_quote(topic.encode())} {go_quote(channel.encode())}",
-            )
-
-    def _check_auth(
-        self,
-        handler: Handler,
-        params: list[bytes],
-        body: bytes | None,
-        cmd: str,
-        topic: str,
-        channel: str,
-    ) -> bool:
-        """True: allowed. False: the cached answer expired; the command re-runs after a refresh."""
-        self._check_auth_cached(cmd, topic, channel)
-        state = self.auth_state
-        assert state is not None
-        if not state.is_expired(self.loop.time()):
-            return True
-
-        async def refresh_then_retry() -> None:
-            await self._query_auth("AUTH failed")
-            refreshed = self.auth_state
-            assert refreshed is not None
-            if not refreshed.is_allowed(topic, channel):
-                raise ClientError(
-                    "E_UNAUTHORIZED",
-                    f"AUTH failed for {cmd} on {go_quote(topic.encode())} "
-                    f"{go_quote(channel.encode())}",
-                )
-            try:
-                handler(params, body, self.loop.time())
-            except ClientError as err:
-                if err.fatal:
-                    raise
-                self._send_frame(encode_error(err.wire))
-
-        self._stall_on(refresh_then_retry())
-        return False
