@@ -48,6 +48,12 @@ def _transport_reason(err: BaseException) -> str:
     """Go's wording for a failed dial or request, as near as aiohttp's errors allow."""
     if isinstance(err, TimeoutError):
         return "context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+    if isinstance(err, aiohttp.ClientConnectorCertificateError):
+        # a subclass of the connector error below, whose errno would say "operation not
+        # permitted"; Go's crypto/tls says why the certificate was refused
+        cause = err.certificate_error
+        reason = cause.verify_message if isinstance(cause, ssl.SSLCertVerificationError) else cause
+        return f"tls: failed to verify certificate: {reason}"
     if isinstance(err, aiohttp.ClientConnectorError):
         address = f"{err.host}:{err.port}"
         os_error = err.os_error
