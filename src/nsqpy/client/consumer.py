@@ -20,10 +20,10 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Self
 
 from nsqpy.client.backoff import Backoff, Step
+from nsqpy.client.closing import AsyncClosing
 from nsqpy.client.config import Config
 from nsqpy.client.connection import NsqdConnection
 from nsqpy.client.errors import NSQError
@@ -48,7 +48,7 @@ class ConsumerStats:
     messages_given_up: int = 0
 
 
-class Consumer:
+class Consumer(AsyncClosing):
     def __init__(
         self,
         topic: str,
@@ -105,14 +105,6 @@ class Consumer:
     async def __aenter__(self) -> Self:
         await self.start()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self, timeout: float = 30.0) -> None:  # noqa: ASYNC109 - a drain bound
         """CLS everywhere, wait (up to ``timeout``) for in-flight messages, then disconnect."""

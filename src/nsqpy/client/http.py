@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, Self
 
 import aiohttp
 
+from nsqpy.client.closing import AsyncClosing
 from nsqpy.client.errors import NSQError, ServerError
 from nsqpy.protocol.commands import mpub_body
 
@@ -21,7 +21,7 @@ class HTTPError(ServerError):
         self.status = status
 
 
-class NsqdHTTPClient:
+class NsqdHTTPClient(AsyncClosing):
     """``/pub``, ``/mpub`` (binary), deferred ``/pub`` and ``/stats`` on one nsqd."""
 
     def __init__(
@@ -35,14 +35,6 @@ class NsqdHTTPClient:
 
     async def __aenter__(self) -> Self:
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         if self._own_session:

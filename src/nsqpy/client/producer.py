@@ -12,10 +12,10 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Final, Literal, Self
 
 from nsqpy.client.backoff import ReconnectPolicy
+from nsqpy.client.closing import AsyncClosing
 from nsqpy.client.config import Config
 from nsqpy.client.connection import NsqdConnection, split_address
 from nsqpy.client.errors import ConnectionClosedError, NotConnectedError
@@ -43,7 +43,7 @@ class _Node:
         return live or now >= self.retry_at
 
 
-class Producer:
+class Producer(AsyncClosing):
     """Publish to nsqd. ``strategy`` picks the next address per publish ("round_robin") or
     keeps to the first working one in the given order ("failover")."""
 
@@ -69,14 +69,6 @@ class Producer:
     async def __aenter__(self) -> Self:
         await self.connect()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     @property
     def addresses(self) -> list[str]:

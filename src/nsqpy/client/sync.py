@@ -11,11 +11,11 @@ import concurrent.futures
 import queue
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from nsqpy.client import consumer as aconsumer
 from nsqpy.client import producer as aproducer
+from nsqpy.client.closing import Closing
 from nsqpy.client.config import Config
 from nsqpy.client.message import Message as AsyncMessage
 
@@ -99,22 +99,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-class _Closing:
-    """``with`` support: leaving the block calls ``close()``."""
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class Producer(_Closing):
+class Producer(Closing):
     """Blocking ``Producer``: same arguments, same methods, no ``await``."""
 
     def __init__(self, nsqd_tcp_addresses: str | Sequence[str], **kwargs: Any) -> None:
@@ -186,7 +171,7 @@ class Message:
         self._loop.call(self._msg.touch)
 
 
-class Consumer(_Closing):
+class Consumer(Closing):
     """Blocking ``Consumer``: iterate it (or call ``get``) and answer each message."""
 
     def __init__(self, topic: str, channel: str, **kwargs: Any) -> None:
