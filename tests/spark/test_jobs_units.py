@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyspark")  # the jobs import it at module level
 
 from nsqpy.spark.jobs.errors import JobError, spark_failure
-from nsqpy.spark.jobs.pacing import Pacer, chunk_size, pace_batches, pace_rows
+from nsqpy.spark.jobs.pacing import Pacer, chunk_size, pace_batches
 from nsqpy.spark.jobs.preflight import check_lookupd, check_nsqd
 from nsqpy.spark.jobs.progress import BatchLog
 from nsqpy.spark.jobs.report import DelayRow, HourRow, Report
@@ -77,14 +77,6 @@ def test_a_stall_earns_no_credit() -> None:
     start = fake.now
     pacer.admit(1)  # must still wait a full interval: no burst to "catch up"
     assert fake.now - start == pytest.approx(0.1)
-
-
-def test_rows_are_paced_a_chunk_at_a_time() -> None:
-    fake = FakeTime()
-    pacer = Pacer(20.0, fake.clock, fake.sleep)
-    seen = [(fake.now, row) for row in pace_rows(range(6), pacer, chunk=2)]
-    assert [round(t, 6) for t, _ in seen] == [0.0, 0.0, 0.1, 0.1, 0.2, 0.2]
-    assert [row for _, row in seen] == list(range(6))
 
 
 def test_pacer_rejects_a_non_positive_rate() -> None:

@@ -13,7 +13,7 @@ receives string options): cloudpickle ships such a class by value to the executo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark import Accumulator
@@ -25,28 +25,15 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from nsqpy.spark.jobs.pacing import Batch, Pacer, chunk_size, pace_batches, pace_rows
+from nsqpy.spark.jobs.pacing import Batch, Pacer, chunk_size, pace_batches
 
 #: The name the wrapped sink is registered under (never the user-facing ``nsq``).
 PACED_FORMAT = "nsqpy_paced_nsq"
 
 
-class _Count:
-    def __init__(self) -> None:
-        self.rows = 0
-
-    def batches(self, batches: Iterable[Batch]) -> Iterator[Batch]:
-        for batch in batches:
-            self.rows += batch.num_rows
-            yield batch
-
-    def rows_of(self, rows: Iterable[Any]) -> Iterator[Any]:
-        for row in rows:
-            self.rows += 1
-            yield row
-
-
 class PacedArrowWriter(DataSourceArrowWriter):
+    """``inner`` pulling its Arrow batches through a pacer, counting the rows it took."""
+
     def __init__(
         self, inner: DataSourceArrowWriter, rate: float | None, counter: Accumulator[int]
     ) -> None:
@@ -55,37 +42,20 @@ class PacedArrowWriter(DataSourceArrowWriter):
         self.counter = counter
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        count = _Count()
+        rows = 0
+
+        def counted(batches: Iterator[Batch]) -> Iterator[Batch]:
+            nonlocal rows
+            for batch in batches:
+                rows += batch.num_rows
+                yield batch
+
         batches: Iterator[Batch] = iter(iterator)
         if self.rate is not None:
             batches = pace_batches(batches, Pacer(self.rate), chunk_size(self.rate))
-        message = self.inner.write(count.batches(batches))
+        message = self.inner.write(counted(batches))
         # Only a task that published everything counts: a failed one is retried.
-        self.counter.add(count.rows)
-        return message
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self.inner.commit(messages)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self.inner.abort(messages)
-
-
-class PacedRowWriter(DataSourceWriter):
-    def __init__(
-        self, inner: DataSourceWriter, rate: float | None, counter: Accumulator[int]
-    ) -> None:
-        self.inner = inner
-        self.rate = rate
-        self.counter = counter
-
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        count = _Count()
-        rows: Iterator[Any] = iter(iterator)
-        if self.rate is not None:
-            rows = pace_rows(rows, Pacer(self.rate), chunk_size(self.rate))
-        message = self.inner.write(count.rows_of(rows))
-        self.counter.add(count.rows)
+        self.counter.add(rows)
         return message
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -98,11 +68,14 @@ class PacedRowWriter(DataSourceWriter):
 def paced(
     writer: DataSourceWriter, rate: float | None, counter: Accumulator[int]
 ) -> DataSourceWriter:
-    """``writer`` paced at ``rate`` rows per second (None: unpaced), counting into ``counter``."""
-    # Spark feeds Arrow batches or rows depending on the writer's class: keep the inner's kind.
-    if isinstance(writer, DataSourceArrowWriter):
-        return PacedArrowWriter(writer, rate, counter)
-    return PacedRowWriter(writer, rate, counter)
+    """``writer`` paced at ``rate`` rows per second (None: unpaced), counting into ``counter``.
+
+    The ``nsq`` sink's writer takes Arrow batches (Spark picks the input kind by the writer's
+    class), so that is the one kind wrapped.
+    """
+    if not isinstance(writer, DataSourceArrowWriter):
+        raise TypeError(f"only Arrow writers can be paced, not {type(writer).__name__}")
+    return PacedArrowWriter(writer, rate, counter)
 
 
 def paced_source(

@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Final, Protocol, Self, TypeVar
+from typing import Final, Protocol, Self
 
-T = TypeVar("T")
 #: How much of a task's budget one chunk holds: small enough to be smooth, large enough that
 #: sleeping (about 0.1 ms of jitter) and per-chunk overhead stay negligible.
 CHUNK_SECONDS: Final = 0.1
@@ -65,11 +64,3 @@ def pace_batches(batches: Iterable[Batch], pacer: Pacer, chunk: int) -> Iterator
             part = batch.slice(offset, chunk)
             pacer.admit(part.num_rows)
             yield part
-
-
-def pace_rows(rows: Iterable[T], pacer: Pacer, chunk: int) -> Iterator[T]:
-    """Rows released ``chunk`` at a time (per-row sleeps would be too fine to be accurate)."""
-    for index, row in enumerate(rows):
-        if index % chunk == 0:
-            pacer.admit(chunk)
-        yield row
