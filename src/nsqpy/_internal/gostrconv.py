@@ -12,6 +12,7 @@ import math
 import re
 from decimal import Decimal
 from typing import Final
+from urllib.parse import quote_plus
 
 SYNTAX: Final = "invalid syntax"
 RANGE: Final = "value out of range"
@@ -217,3 +218,8 @@ def go_type_name(value: object) -> str:
         if isinstance(value, kind):
             return name
     return type(value).__name__
+
+
+def query_escape(value: str | bytes) -> str:
+    """Go's ``url.QueryEscape``: every byte but ``A-Za-z0-9-_.~`` escaped, space as ``+``."""
+    return quote_plus(value, safe="")

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from nsqpy.nsqadmin.cluster import ClusterInfo, Errors, q
+from nsqpy._internal.gostrconv import query_escape
+from nsqpy.nsqadmin.cluster import ClusterInfo, Errors
 
 #: The ``action`` values of ``POST /api/topics/:topic[/:channel]``.
 ACTIONS: Final = ("pause", "unpause", "empty")
@@ -19,10 +20,11 @@ async def tombstone_node_for_topic(
     ci: ClusterInfo, topic: str, node: str, lookupds: Sequence[str]
 ) -> Errors:
     """Tombstone ``node`` for ``topic`` on every lookupd, then delete the topic on it."""
-    errors = await ci.lookupd_post(lookupds, "topic/tombstone", f"topic={q(topic)}&node={q(node)}")
+    query = f"topic={query_escape(topic)}&node={query_escape(node)}"
+    errors = await ci.lookupd_post(lookupds, "topic/tombstone", query)
     producers, found_errors = await ci.nsqd_producers([node])
     errors.add(found_errors)
-    errors.add(await ci.producers_post(producers, "topic/delete", f"topic={q(topic)}"))
+    errors.add(await ci.producers_post(producers, "topic/delete", f"topic={query_escape(topic)}"))
     return errors
 
 
@@ -30,9 +32,9 @@ async def create_topic_channel(
     ci: ClusterInfo, topic: str, channel: str, lookupds: Sequence[str]
 ) -> Errors:
     """Create the topic (and channel) in every lookupd, and the channel on every producer."""
-    errors = await ci.lookupd_post(lookupds, "topic/create", f"topic={q(topic)}")
+    errors = await ci.lookupd_post(lookupds, "topic/create", f"topic={query_escape(topic)}")
     if channel:
-        query = f"topic={q(topic)}&channel={q(channel)}"
+        query = f"topic={query_escape(topic)}&channel={query_escape(channel)}"
         errors.add(await ci.lookupd_post(lookupds, "channel/create", query))
         producers, found_errors = await ci.lookupd_topic_producers(topic, lookupds)
         errors.add(found_errors)
@@ -45,7 +47,7 @@ async def delete_topic(
 ) -> Errors:
     """Find the producers first, then delete in every lookupd, then on every producer."""
     producers, errors = await ci.topic_producers(topic, lookupds, nsqds)
-    query = f"topic={q(topic)}"
+    query = f"topic={query_escape(topic)}"
     errors.add(await ci.lookupd_post(lookupds, "topic/delete", query))
     errors.add(await ci.producers_post(producers, "topic/delete", query))
     return errors
@@ -55,7 +57,7 @@ async def delete_channel(
     ci: ClusterInfo, topic: str, channel: str, lookupds: Sequence[str], nsqds: Sequence[str]
 ) -> Errors:
     producers, errors = await ci.topic_producers(topic, lookupds, nsqds)
-    query = f"topic={q(topic)}&channel={q(channel)}"
+    query = f"topic={query_escape(topic)}&channel={query_escape(channel)}"
     errors.add(await ci.lookupd_post(lookupds, "channel/delete", query))
     errors.add(await ci.producers_post(producers, "channel/delete", query))
     return errors
@@ -72,9 +74,10 @@ async def topic_channel_action(
     """pause / unpause / empty a topic (``channel`` "") or a channel on every producer."""
     producers, errors = await ci.topic_producers(topic, lookupds, nsqds)
     if channel:
-        uri, query = f"channel/{action}", f"topic={q(topic)}&channel={q(channel)}"
+        uri = f"channel/{action}"
+        query = f"topic={query_escape(topic)}&channel={query_escape(channel)}"
     else:
-        uri, query = f"topic/{action}", f"topic={q(topic)}"
+        uri, query = f"topic/{action}", f"topic={query_escape(topic)}"
     errors.add(await ci.producers_post(producers, uri, query))
     return errors
 

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import quote_plus
 
+from nsqpy._internal.gostrconv import query_escape
 from nsqpy.nsqadmin.aggregate import Doc, StatsCollector
 from nsqpy.nsqadmin.producers import Producer
 from nsqpy.nsqadmin.upstream import Upstream, UpstreamError
@@ -43,11 +43,6 @@ class Errors:
 
     def __bool__(self) -> bool:
         return bool(self.items)
-
-
-def q(value: str) -> str:
-    """Go's url.QueryEscape."""
-    return quote_plus(value, safe="")
 
 
 def _mapping(value: object) -> dict[str, Any]:
@@ -103,7 +98,7 @@ class ClusterInfo:
     async def lookupd_topic_channels(
         self, topic: str, lookupds: Sequence[str]
     ) -> tuple[list[str] | None, Errors]:
-        urls = [f"http://{a}/channels?topic={q(topic)}" for a in lookupds]
+        urls = [f"http://{a}/channels?topic={query_escape(topic)}" for a in lookupds]
         results = await _gather([self._get("nsqlookupd", u) for u in urls])
         return self._union("channels", results, len(lookupds))
 
@@ -149,7 +144,7 @@ class ClusterInfo:
     async def lookupd_topic_producers(
         self, topic: str, lookupds: Sequence[str]
     ) -> tuple[list[Producer], Errors]:
-        urls = [f"http://{a}/lookup?topic={q(topic)}" for a in lookupds]
+        urls = [f"http://{a}/lookup?topic={query_escape(topic)}" for a in lookupds]
         results = await _gather([self._get("nsqlookupd", u) for u in urls])
         errors, producers = Errors(), list[Producer]()
         for result in results:
@@ -209,7 +204,7 @@ class ClusterInfo:
             url = f"http://{address}/stats?format=json&include_clients=false"
             names = _topic_names(await self._get("nsqd", url))
             return Producer.from_nsqd(_mapping(info), names)
-        url = f"http://{address}/stats?format=json&topic={q(topic)}&include_clients=false"
+        url = f"http://{address}/stats?format=json&topic={query_escape(topic)}&include_clients=false"
         names = _topic_names(await self._get("nsqd", url))
         if topic not in names:
             return None
@@ -227,9 +222,9 @@ class ClusterInfo:
         """GetNSQDStats: every producer's /stats, per node and aggregated."""
         query = "format=json"
         if topic:
-            query += f"&topic={q(topic)}"
+            query += f"&topic={query_escape(topic)}"
             if channel:
-                query += f"&channel={q(channel)}"
+                query += f"&channel={query_escape(channel)}"
         if not include_clients:
             query += "&include_clients=false"
         # Go adds nodes in answer order, then sorts by host; we add them host-sorted.

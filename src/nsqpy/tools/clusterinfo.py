@@ -13,11 +13,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
-from urllib.parse import quote_plus
 
 import aiohttp
 
-from nsqpy._internal.gostrconv import go_quote
+from nsqpy._internal.gostrconv import go_quote, query_escape
 
 ACCEPT_V1: Final = {"Accept": "application/vnd.nsq; version=1.0"}
 
@@ -54,10 +53,6 @@ class Found(Generic[T]):
         return "\n".join(self.errors)
 
 
-def _query(value: str) -> str:
-    return quote_plus(value, safe="")  # Go's url.QueryEscape
-
-
 async def get_v1(session: aiohttp.ClientSession, url: str) -> object:
     """GET a V1 JSON document; raises ValueError with a Go-like message on any failure."""
     try:
@@ -92,7 +87,7 @@ async def lookupd_topic_nodes(
     session: aiohttp.ClientSession, topic: str, lookupd_http_addresses: Sequence[str]
 ) -> Found[Node]:
     """The nsqd producing ``topic`` per each lookupd's ``/lookup``, deduplicated by address."""
-    urls = [f"http://{a}/lookup?topic={_query(topic)}" for a in lookupd_http_addresses]
+    urls = [f"http://{a}/lookup?topic={query_escape(topic)}" for a in lookupd_http_addresses]
     found: Found[Node] = Found()
     for result in await asyncio.gather(*(_get_or_error(session, u) for u in urls)):
         if (error := _failed(result)) is not None:
@@ -142,7 +137,7 @@ async def nsqd_topic_nodes(
 async def _nsqd_topic_node(
     session: aiohttp.ClientSession, topic: str, address: str
 ) -> Node | str | None:
-    url = f"http://{address}/stats?format=json&topic={_query(topic)}&include_clients=false"
+    url = f"http://{address}/stats?format=json&topic={query_escape(topic)}&include_clients=false"
     stats = await _get_or_error(session, url)
     if (error := _failed(stats)) is not None:
         return error
@@ -175,7 +170,10 @@ async def nsqd_stats(
 ) -> Found[Mapping[str, object]]:
     """Each node's ``/stats`` for ``topic``/``channel``; Go fails when none answer — which
     includes having no nodes at all."""
-    query = f"format=json&topic={_query(topic)}&channel={_query(channel)}&include_clients=false"
+    query = (
+        f"format=json&topic={query_escape(topic)}&channel={query_escape(channel)}"
+        "&include_clients=false"
+    )
     urls = [f"http://{n.http_address}/stats?{query}" for n in nodes]
     found: Found[Mapping[str, object]] = Found()
     for result in await asyncio.gather(*(_get_or_error(session, u) for u in urls)):

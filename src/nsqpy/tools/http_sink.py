@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
-from urllib.parse import quote_plus
 
 import aiohttp
 from yarl import URL
 
+from nsqpy._internal.gostrconv import query_escape
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.tools.epsilon_greedy import EpsilonGreedyPool
 from nsqpy.tools.hostpool import HostPool, RoundRobin
@@ -75,7 +75,7 @@ def get_url(template: str, body: bytes) -> str:
     ``%%`` becomes ``%`` as in Sprintf; other ``%`` sequences are kept as written (Go would
     print them as ``%!x(MISSING)``, which no endpoint wants).
     """
-    escaped = quote_plus(body, safe="")
+    escaped = query_escape(body)
     out: list[str] = []
     i, used = 0, False
     while i < len(template):
