@@ -222,6 +222,17 @@ class Capture(asyncio.DatagramProtocol):
                 current = []
         return done
 
+    def push_arrivals(self) -> list[list[float]]:
+        """Complete pushes: the arrival time of each of their packets."""
+        done: list[list[float]] = []
+        current: list[float] = []
+        for arrived, data in self.packets:
+            current.append(arrived)
+            if b".mem.gc_runs:" in data:
+                done.append(current)
+                current = []
+        return done
+
 
 @pytest.fixture
 async def capture() -> AsyncIterator[tuple[Capture, int]]:
@@ -354,6 +365,11 @@ async def test_pushes_counters_gauges_and_e2e(
     # packets: within the size, whole lines only, and more than one per push here
     assert all(len(data) <= 256 and data.endswith(b"\n") for _, data in received.packets)
     assert len(received.packets) > 2 * len(pushes)
+    # spread evenly over interval - 1s (0.1 s here): n packets, one every 0.1/n s, so the
+    # first and last are at least (n - 1) * 0.1/n apart (a loaded machine only adds to it)
+    for arrivals in received.push_arrivals():
+        n = len(arrivals)
+        assert arrivals[-1] - arrivals[0] >= 0.8 * (n - 1) * 0.1 / n
     for consumer_conn in [consumer, *ephemeral]:
         await consumer_conn.close()
 
