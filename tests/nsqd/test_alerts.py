@@ -268,12 +268,15 @@ def test_peek_follows_a_consumed_segment_into_the_next(tmp_path: Path) -> None:
     q.close()
 
 
-def test_record_timestamp_reads_plain_and_deferred_records() -> None:
+def test_head_timestamp_reads_plain_deferred_and_dead_letter_records() -> None:
     plain = records.encode(T0 + 1, 3, b"%016d" % 1, b"b")
     deferred = records.encode(T0 + 2, 0, b"%016d" % 2, b"b", due_ns=T0 + SECOND)
-    assert alerts.record_timestamp(plain) == T0 + 1
-    assert alerts.record_timestamp(deferred[:24]) == T0 + 2
-    assert alerts.record_timestamp(deferred[:20]) is None
+    dead = records.encode(T0 + 3, 0, b"%016d" % 3, b"b", origin="orders:billing")
+    assert records.head_timestamp(plain) == T0 + 1
+    assert records.head_timestamp(deferred[:24]) == T0 + 2
+    assert records.head_timestamp(deferred[:20]) is None
+    assert records.head_timestamp(dead[: records.HEAD_SIZE]) == T0 + 3
+    assert records.head_timestamp(dead[:30]) is None
 
 
 def test_oldest_timestamp_takes_the_older_head(tmp_path: Path) -> None:

@@ -59,7 +59,11 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "max_msg_timeout": 15 * MINUTE,
     "max_msg_size": 1048576,
     "max_req_timeout": HOUR,
+    "max_defer_timeout": None,  # nsqpy's own (nsq#1499): --max-req-timeout's value
     "max_body_size": 5242880,
+    "max_attempts": 0,  # nsqpy's own (nsq#974, #1396), like the two below
+    "message_ttl": 0,
+    "dead_letter_suffix": ".dead",
     "max_heartbeat_interval": 60 * SECOND,
     "max_rdy_count": 2500,
     "max_output_buffer_size": 65536,
@@ -156,8 +160,9 @@ def test_cfg_names() -> None:
         "client_timeout",
     }
     assert fields | {"id", "broadcast_address"} == CFG_NAMES
-    # nsqd v1.3.0's 49; nsqpy's durable, http_auth_required and the three alert_* keys
-    assert len(CFG_NAMES) == 54
+    # nsqd v1.3.0's 49; nsqpy's durable, http_auth_required, the three alert_* keys,
+    # max_defer_timeout, max_attempts, message_ttl and dead_letter_suffix
+    assert len(CFG_NAMES) == 58
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -233,7 +238,7 @@ def test_help_lists_flags_with_go_defaults(capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--max-defer-timeout=1h"], "flag provided but not defined: -max-defer-timeout"),
+        (["--topology-zone=a"], "flag provided but not defined: -topology-zone"),
         (
             ["--auth-http-request-method=post"],
             "flag provided but not defined: -auth-http-request-method",

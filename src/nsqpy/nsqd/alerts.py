@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import re
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
@@ -184,19 +183,6 @@ class QueueView:
     oldest_ns: int | None = None  # publish time (unix ns) of the oldest queued message
 
 
-_TIMESTAMP: Final = struct.Struct(">q")
-#: Bytes of a disk record that hold its timestamp, an extended (deferred) record's included.
-_HEAD_SIZE: Final = records.EXTENSION_SIZE + _TIMESTAMP.size
-
-
-def record_timestamp(head: bytes) -> int | None:
-    """The publish timestamp at the start of a disk record (``records`` format)."""
-    offset = records.EXTENSION_SIZE if head.startswith(records.DEFERRED_MAGIC) else 0
-    if len(head) < offset + _TIMESTAMP.size:
-        return None
-    return int(_TIMESTAMP.unpack_from(head, offset)[0])
-
-
 def oldest_timestamp(queue: Sequence[Queued], backend: Backend | None) -> int | None:
     """The older of the memory queue's head and the disk queue's head; None when empty."""
     stamps: list[int] = []
@@ -204,8 +190,8 @@ def oldest_timestamp(queue: Sequence[Queued], backend: Backend | None) -> int | 
         head = queue[0]
         stamps.append(head[2] if isinstance(head, tuple) else head.timestamp)
     if isinstance(backend, DiskQueue) and backend.depth:
-        data = backend.peek(_HEAD_SIZE)
-        stamp = record_timestamp(data) if data is not None else None
+        data = backend.peek(records.HEAD_SIZE)
+        stamp = records.head_timestamp(data) if data is not None else None
         if stamp is not None:
             stamps.append(stamp)
     return min(stamps) if stamps else None

@@ -27,6 +27,7 @@ from nsqpy.nsqd.broker import Broker, BrokerConfig
 from nsqpy.nsqd.diskqueue import DiskQueue
 from nsqpy.nsqd.lookup import Lookup, identity
 from nsqpy.nsqd.persistence import DiskStore
+from nsqpy.nsqd.redrive import Redrive
 from nsqpy.nsqd.statsd_push import StatsdPusher
 from nsqpy.nsqd.tcp import V2Connection
 from nsqpy.nsqd.topic import Topic
@@ -80,11 +81,14 @@ class NSQD:
                 mem_queue_size=opts.mem_queue_size,
                 max_msg_timeout=opts.max_msg_timeout / 1e9,
                 max_channel_consumers=opts.max_channel_consumers,
+                policy=opts.policy_defaults,
             ),
             backends=self.store.open_queue,
             hooks=self.store,
         )
         self.broker.listeners.append(self._on_change)
+        self.broker.on_dead_letters = self._schedule_dead_letters
+        self._redrives: dict[str, asyncio.Lock] = {}
         if opts.e2e_processing_latency_percentiles:
             self.broker.listeners.append(self._track_e2e)
         self._statsd: StatsdPusher | None = None
@@ -306,6 +310,52 @@ class NSQD:
         if more:
             self._schedule_pump()
 
+    # -- dead letters -----------------------------------------------------------------------
+    def _schedule_dead_letters(self) -> None:
+        self.loop.call_soon(self._flush_dead_letters)
+
+    def _flush_dead_letters(self) -> None:
+        try:
+            self.broker.flush_dead_letters(self.loop.time(), time.time_ns())
+        finally:
+            self._schedule_pump()
+
+    async def committed(self) -> bool:
+        """Durable mode: wait for the group commit covering every write so far (True if it
+        succeeded); at once otherwise."""
+        if not self.store.durable:
+            return True
+        done: asyncio.Future[bool] = self.loop.create_future()
+
+        def commit(ok: bool) -> None:
+            if not done.done():  # the waiter may have been cancelled meanwhile
+                done.set_result(ok)
+
+        self.store.after_commit(commit)
+        return await done
+
+    async def redrive(self, topic_name: str, origin: str | None = None) -> Redrive | None:
+        """Move the dead letters of ``topic_name`` back to their channels (only those of
+        ``origin``, ``"topic:channel"``, if given); None when there is no such topic.
+
+        One redrive of a topic runs at a time; each batch is a loop iteration of its own. In
+        durable mode it returns once the moves are committed. Raises BrokerError when a disk
+        write fails and OSError when the commit does.
+        """
+        lock = self._redrives.setdefault(topic_name, asyncio.Lock())
+        async with lock:
+            topic = self.broker.topics.get(topic_name)
+            if topic is None:
+                return None
+            job = Redrive(self.broker, topic, origin)
+            for _ in itertools.count():
+                if not job.step(self.loop.time(), time.time_ns()):
+                    break
+                await asyncio.sleep(0)  # clients and other requests run between batches
+            if not await self.committed():
+                raise OSError("sync failed")
+            return job
+
     def _set_health(self, health: str) -> None:
         if health != self.health:
             if health != "OK":
@@ -484,8 +534,9 @@ class NSQD:
         """Clean shutdown: nsqd.dat, then every memory, in-flight and deferred message to disk."""
         if not self._lock.held:
             return  # never started: nothing of ours is on disk
-        self.persist_metadata()
         now = self.loop.time()
+        self.broker.flush_dead_letters(now, time.time_ns())  # diverted in this iteration
+        self.persist_metadata()
         written = 0
         for topic in self.broker.topics.values():
             for channel in topic.channels.values():

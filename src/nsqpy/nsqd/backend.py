@@ -61,7 +61,7 @@ def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Queued]) -> No
     batch = [
         plain(m[2], m[0], m[1])
         if isinstance(m, tuple)
-        else encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns())
+        else encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns(), m.origin)
         for m in msgs
     ]
     try:

@@ -21,6 +21,15 @@ there too until it drains, so the channel stays first-in first-out. Delivery tak
 queue first, then reads the disk. In durable mode every message goes to disk and a record is
 only finished on the backend when its message is FINished (``msg.token``), so whatever was
 queued, in flight or deferred at a crash is read again on restart.
+
+Dead letters and TTL
+--------------------
+With a policy (``apply_policy``; see ``nsqpy.nsqd.policy``) every message is screened where it
+leaves storage for a client: one that would go out for the (max_attempts+1)th time, or is
+older than message_ttl, is handed to ``dead_letters`` (the broker, which publishes it to the
+dead-letter topic) or, expired with no dead-letter topic, dropped. ``process`` also sweeps
+expired messages off the head of the queue, so they go even while nobody consumes. Without a
+policy the delivery loops pay one test of a local.
 """
 
 from __future__ import annotations
@@ -37,12 +46,17 @@ from nsqpy.nsqd import records
 from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.client import STATE_CLOSING, ClientState
 from nsqpy.nsqd.errors import Exiting, InFlightError, TooManyConsumers
-from nsqpy.nsqd.message import Message, Queued, delivered, materialize
+from nsqpy.nsqd.message import Message, Queued, delivered, from_record, materialize
+from nsqpy.nsqd.policy import OFF, Effective, Settings
 from nsqpy.nsqd.quantile import NOT_TRACKED, LatencySummary, WindowedQuantile
 from nsqpy.protocol.names import is_ephemeral
 
 log = logging.getLogger("nsqpy.nsqd")
 _NO_DISK = DiskHooks()
+#: Receives a channel's messages bound for its dead-letter topic.
+DeadLetterSink = Callable[["Channel", Message], None]
+#: Expired messages a TTL sweep takes off a queue's head per ``process`` call.
+SWEEP_LIMIT = 1000
 
 
 class Channel:
@@ -59,6 +73,7 @@ class Channel:
         backend: Backend | None = None,
         hooks: DiskHooks = _NO_DISK,
         wall_ns: Callable[[], int] = time.time_ns,
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.topic_name = topic_name
         self.name = name
@@ -83,6 +98,16 @@ class Channel:
         self._seq = count()
         #: End-to-end latencies (publish to FIN, ns) when percentiles are configured.
         self.e2e: WindowedQuantile | None = None
+        #: The channel's own dead-letter/TTL settings; what applies is set by apply_policy.
+        self.settings = Settings()
+        self.effective = OFF
+        self.max_attempts = 0
+        self.message_ttl = 0  # ns
+        self.dead_letter_topic = ""
+        self.policed = False
+        self.dead_letters = dead_letters
+        self.dead_letter_count = 0  # messages handed to the dead-letter topic
+        self.expired_count = 0  # messages not delivered because of message_ttl
 
     # -- stats -------------------------------------------------------------------------
     @property
@@ -107,6 +132,95 @@ class Channel:
             return NOT_TRACKED
         return self.e2e.summary(self.wall_ns() if now_ns is None else now_ns)
 
+    # -- dead letters and TTL ------------------------------------------------------------
+    def apply_policy(self, effective: Effective) -> None:
+        """Start applying ``effective`` (the broker resolves it from all the settings)."""
+        self.effective = effective
+        self.max_attempts = effective.max_attempts
+        self.message_ttl = effective.message_ttl
+        self.dead_letter_topic = effective.dead_letter_topic
+        self.policed = bool(effective.max_attempts or effective.message_ttl)
+
+    @property
+    def shows_policy(self) -> bool:
+        """/stats shows the policy fields: something applies or once did, or is set here."""
+        return (
+            self.policed
+            or bool(self.dead_letter_count or self.expired_count)
+            or not self.settings.empty
+        )
+
+    def _admit(self, msg: Message, wall: int) -> bool:
+        """False when ``msg`` must not be delivered (it has been dead-lettered or dropped)."""
+        ttl = self.message_ttl
+        if ttl and wall - msg.timestamp > ttl:
+            self._divert(msg, expired=True)
+            return False
+        limit = self.max_attempts
+        if limit and msg.attempts >= limit:
+            self._divert(msg, expired=False)
+            return False
+        return True
+
+    def _admit_all(self, msgs: list[Queued]) -> list[Queued]:
+        """``_admit`` for a batch being put (fresh entries can only have expired)."""
+        wall = self.wall_ns()
+        ttl = self.message_ttl
+        kept: list[Queued] = []
+        for item in msgs:
+            if isinstance(item, tuple):
+                if ttl and wall - item[2] > ttl:
+                    self._divert(materialize(item), expired=True)
+                    continue
+                kept.append(item)
+            elif self._admit(item, wall):
+                kept.append(item)
+        return kept
+
+    def _divert(self, msg: Message, *, expired: bool) -> None:
+        if expired:
+            self.expired_count += 1
+        sink = self.dead_letters
+        if self.dead_letter_topic and sink is not None:
+            self.dead_letter_count += 1
+            sink(self, msg)  # the sink releases its disk record once the copy is safe
+        else:
+            self._forget(msg)
+
+    def _sweep(self, now: float) -> bool:
+        """Take expired messages off the head of the queue (memory, then disk), even while
+        nobody consumes; a bounded number per call. True if any went."""
+        ttl = self.message_ttl
+        wall = self.wall_ns()
+        queue = self.queue
+        swept = 0
+        while swept < SWEEP_LIMIT:
+            if queue:
+                head = queue[0]
+                if wall - (head[2] if isinstance(head, tuple) else head.timestamp) <= ttl:
+                    break
+                queue.popleft()
+                self._divert(materialize(head), expired=True)
+            else:
+                msg = self._pop_queued(now)
+                if msg is None:
+                    break
+                if wall - msg.timestamp <= ttl:
+                    queue.append(msg)  # the next to deliver anyway: order is kept
+                    break
+                self._divert(msg, expired=True)
+            swept += 1
+        return swept > 0
+
+    def release(self, msg: Message) -> None:
+        """A diverted message is safely elsewhere: let its disk record go."""
+        if not self.exiting:
+            self._forget(msg)
+
+    def retry_later(self, msg: Message, delay: float, now: float) -> None:
+        """Hold ``msg`` back for ``delay`` seconds (its dead-letter topic refused it)."""
+        heapq.heappush(self._deferred, (now + delay, next(self._seq), msg))
+
     # -- putting messages in -----------------------------------------------------------
     def room(self) -> int:
         """How many more messages the channel can take now without dropping any."""
@@ -127,6 +241,8 @@ class Channel:
             self._write(msgs)
             self._pour_all(now)
             return
+        if self.policed:
+            msgs = self._admit_all(msgs)
         ready = self._ready
         count = len(msgs)
         i = 0
@@ -189,6 +305,10 @@ class Channel:
         heapq.heappush(self._deferred, (due, next(self._seq), msg))
 
     def _put(self, msg: Queued, now: float) -> None:
+        if self.policed:
+            msg = materialize(msg)
+            if not self._admit(msg, self.wall_ns()):
+                return
         ready = self._ready
         while ready and not self.paused:
             client = ready[0]
@@ -223,6 +343,16 @@ class Channel:
             self.hooks.touched(self.backend)
 
     def _next_queued(self, now: float) -> Message | None:
+        """The oldest queued message that may be delivered (see ``_pop_queued``)."""
+        msg = self._pop_queued(now)
+        if not self.policed:
+            return msg
+        wall = self.wall_ns()
+        while msg is not None and not self._admit(msg, wall):
+            msg = self._pop_queued(now)
+        return msg
+
+    def _pop_queued(self, now: float) -> Message | None:
         """The oldest queued message: memory first, then disk (deferred records are parked)."""
         if self.queue:
             return materialize(self.queue.popleft())
@@ -239,8 +369,7 @@ class Channel:
                 log.error("channel %s:%s skipping bad record - %s", self.topic_name, self.name, err)
                 backend.finish(token)
                 continue
-            msg = Message(rec.id, rec.body, rec.timestamp)
-            msg.attempts = rec.attempts
+            msg = from_record(rec)
             if self.durable:
                 msg.token = token
             if rec.due_ns:
@@ -305,11 +434,17 @@ class Channel:
         timeout = client.msg_timeout
         write = client.write_message
         backend = self.backend
+        policed = self.policed
+        ttl = self.message_ttl
+        wall = self.wall_ns() if policed else 0
         # write may fill the transport and clear client.writable mid-way.
         while client.rdy > len(in_flight) and client.writable:
             if queue:
                 item = queue.popleft()
                 if isinstance(item, tuple) and not client.sample_rate:
+                    if ttl and wall - item[2] > ttl:  # a fresh entry can only have expired
+                        self._divert(materialize(item), expired=True)
+                        continue
                     msg = delivered(item, client, now, timeout)  # the common case, in one step
                     in_flight[msg.id] = msg
                     client.message_count += 1
@@ -317,6 +452,8 @@ class Channel:
                     write(msg)
                     continue
                 msg = materialize(item)
+                if policed and not self._admit(msg, wall):
+                    continue
             elif backend is not None and backend.depth:
                 next_msg = self._next_queued(now)
                 if next_msg is None:
@@ -405,7 +542,8 @@ class Channel:
         msg = self._take(client, msg_id)
         self.requeue_count += 1
         client.requeue_count += 1
-        if delay > 0:
+        # out of attempts: _put dead-letters it now rather than after the delay
+        if delay > 0 and not (self.max_attempts and msg.attempts >= self.max_attempts):
             heapq.heappush(self._deferred, (now + delay, next(self._seq), msg))
         else:
             self._put(msg, now)
@@ -434,6 +572,8 @@ class Channel:
         deferred = self._deferred
         while deferred and deferred[0][0] <= now:
             self._put(heapq.heappop(deferred)[2], now)
+            dirty = True
+        if self.message_ttl and self._sweep(now):
             dirty = True
         return dirty
 
@@ -501,10 +641,12 @@ class Channel:
         for client in self.clients.values():
             held.extend(client.in_flight.values())
         wall = self.wall_ns()
-        batch = [records.encode(m.timestamp, m.attempts, m.id, m.body) for m in held]
+        encode = records.encode
+        batch = [encode(m.timestamp, m.attempts, m.id, m.body, 0, m.origin) for m in held]
         deferred = [(wall + int((due - now) * 1e9), m) for due, _, m in self._deferred]
         batch.extend(
-            records.encode(m.timestamp, m.attempts, m.id, m.body, due_ns) for due_ns, m in deferred
+            encode(m.timestamp, m.attempts, m.id, m.body, due_ns, m.origin)
+            for due_ns, m in deferred
         )
         if batch:
             backend.put(batch)

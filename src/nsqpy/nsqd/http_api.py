@@ -8,7 +8,6 @@ snapshot and its renderings in ``nsqpy.nsqd.stats``. Params come only from the q
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import socket
@@ -35,6 +34,7 @@ from nsqpy.nsqd import metrics, stats
 from nsqpy.nsqd.alerts import shown_queues
 from nsqpy.nsqd.errors import BrokerError, QueueFull
 from nsqpy.nsqd.http_auth import HttpAuth
+from nsqpy.nsqd.http_dead_letters import DeadLetterRoutes
 from nsqpy.nsqd.options import TLS_REQUIRED, config_value, parse_log_level, version_string
 from nsqpy.protocol.command_reader import parse_mpub
 from nsqpy.protocol.constants import NSQ_VERSION
@@ -80,6 +80,7 @@ class NsqdHttpApi:
             r.v1("POST", f"/channel/{action}", getattr(self, f"channel_{action}"))
         r.v1("GET", "/config/:opt", self.config)
         r.v1("PUT", "/config/:opt", self.config)
+        DeadLetterRoutes(self).register(r)
         self._register_debug()
 
     def _register_debug(self) -> None:
@@ -171,17 +172,7 @@ class NsqdHttpApi:
     # -- publishing ---------------------------------------------------------------------------
     async def _committed(self) -> None:
         """Durable mode: answer only once the publish is fsynced (shares the group commit)."""
-        store = self.nsqd.store
-        if not store.durable:
-            return
-        done: asyncio.Future[bool] = self.nsqd.loop.create_future()
-
-        def committed(ok: bool) -> None:
-            if not done.done():  # the request may have been cancelled meanwhile
-                done.set_result(ok)
-
-        store.after_commit(committed)
-        if not await done:
+        if not await self.nsqd.committed():
             raise ApiError(500, "INTERNAL_ERROR")
 
     def _put(self, topic: Topic, bodies: list[bytes], defer_ns: int = 0) -> None:
@@ -207,7 +198,7 @@ class NsqdHttpApi:
             raise ApiError(400, "INVALID_DEFER") from None
         # time.Duration(ms) * time.Millisecond wraps around in int64 before the range check.
         deferred = as_int64(millis * _MS % _UINT64)
-        if deferred < 0 or deferred > self.nsqd.opts.max_req_timeout:
+        if deferred < 0 or deferred > self.nsqd.opts.defer_limit:
             raise ApiError(400, "INVALID_DEFER")
         return deferred
 

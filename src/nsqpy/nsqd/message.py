@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeAlias
 
+from nsqpy.nsqd import records
+
 if TYPE_CHECKING:
     from nsqpy.nsqd.client import ClientState
 
@@ -28,6 +30,9 @@ class Message:
         "token",
     )
 
+    #: A dead letter's source channel, ``"topic:channel"`` (a slot of DeadLetter); "" here.
+    origin = ""
+
     def __init__(self, msg_id: bytes, body: bytes, timestamp: int, deferred: float = 0.0) -> None:
         self.id = msg_id
         self.body = body
@@ -46,6 +51,34 @@ class Message:
     def copy(self) -> Message:
         """A fresh copy for another channel: same id, body, timestamp and deferral."""
         return Message(self.id, self.body, self.timestamp, self.deferred)
+
+
+class DeadLetter(Message):
+    """A message in a dead-letter topic: remembers the channel it came from, so a redrive can
+    send it back there. Kept through fan-out (``copy``) and on disk (``records``)."""
+
+    __slots__ = ("origin",)
+
+    def __init__(self, msg_id: bytes, body: bytes, timestamp: int, origin: str) -> None:
+        super().__init__(msg_id, body, timestamp)
+        self.origin = origin
+
+    def copy(self) -> Message:
+        letter = DeadLetter(self.id, self.body, self.timestamp, self.origin)
+        letter.deferred = self.deferred
+        return letter
+
+
+def from_record(rec: records.Record) -> Message:
+    """The message a disk record holds (attempts and origin kept; deferral left to the
+    caller, which knows whether it is still due)."""
+    msg = (
+        Message(rec.id, rec.body, rec.timestamp)
+        if not rec.origin
+        else DeadLetter(rec.id, rec.body, rec.timestamp, rec.origin)
+    )
+    msg.attempts = rec.attempts
+    return msg
 
 
 #: A message that no client has seen yet, as queues hold it: ``(id, body, timestamp)``.

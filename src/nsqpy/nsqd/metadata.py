@@ -6,9 +6,17 @@ The file is nsqd's JSON::
      "version":"1.3.0"}
 
 written through a temporary file, fsync and rename, so a crash leaves the old or the new
-version, never a torn one. nsqd refuses to start on an unreadable file; nsqpy sets it aside as
-``nsqd.dat.bad`` and rebuilds the list from the disk-queue files present, so no queued message
-is stranded.
+version, never a torn one. nsqpy adds a topic's or channel's dead-letter/TTL settings
+(``nsqpy.nsqd.policy``) as extra fields, only when set::
+
+    {"name":"c","paused":false,"max_attempts":5,"message_ttl":"1h0m0s",
+     "dead_letter_topic":"t.failed"}
+
+Go's ``json.Unmarshal`` ignores fields its structs do not name, so nsqd v1.3.0 still opens the
+directory (and drops the settings when it next writes the file).
+
+nsqd refuses to start on an unreadable file; nsqpy sets it aside as ``nsqd.dat.bad`` and
+rebuilds the list from the disk-queue files present, so no queued message is stranded.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from nsqpy.nsqd.policy import Settings, SettingsError, settings_from_json
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.names import is_ephemeral, is_valid_name
 
@@ -35,6 +44,7 @@ _QUEUE_FILE: Final = re.compile(r"(?P<name>.+)\.diskqueue\.(?:meta|\d{6})\.dat")
 class ChannelMeta:
     name: str
     paused: bool = False
+    settings: Settings = field(default_factory=Settings)
 
 
 @dataclass
@@ -42,6 +52,7 @@ class TopicMeta:
     name: str
     paused: bool = False
     channels: list[ChannelMeta] = field(default_factory=list)
+    settings: Settings = field(default_factory=Settings)
 
 
 class MetadataError(Exception):
@@ -56,10 +67,11 @@ def encode(topics: list[TopicMeta]) -> bytes:
                 "name": t.name,
                 "paused": t.paused,
                 "channels": [
-                    {"name": c.name, "paused": c.paused}
+                    {"name": c.name, "paused": c.paused, **c.settings.set_fields()}
                     for c in t.channels
                     if not is_ephemeral(c.name)
                 ],
+                **t.settings.set_fields(),
             }
             for t in topics
             if not is_ephemeral(t.name)
@@ -89,15 +101,24 @@ def _topic(raw: Any) -> TopicMeta | None:
     if not is_valid_name(name):
         log.warning("skipping creation of invalid topic %s", name)
         return None
-    topic = TopicMeta(name, bool(raw.get("paused", False)))
+    topic = TopicMeta(name, bool(raw.get("paused", False)), settings=_settings(raw, name, name))
     for chan in raw.get("channels") or []:
         if not isinstance(chan, dict) or not isinstance(chan.get("name"), str):
             raise ValueError("channel entry without a name")
         if not is_valid_name(chan["name"]):
             log.warning("skipping creation of invalid channel %s", chan["name"])
             continue
-        topic.channels.append(ChannelMeta(chan["name"], bool(chan.get("paused", False))))
+        settings = _settings(chan, name, f"{name}:{chan['name']}")
+        topic.channels.append(ChannelMeta(chan["name"], bool(chan.get("paused", False)), settings))
     return topic
+
+
+def _settings(raw: dict[str, Any], topic: str, what: str) -> Settings:
+    try:
+        return settings_from_json(raw, topic)
+    except SettingsError as err:
+        log.error("ignoring the dead-letter/TTL settings of %s in %s - %s", what, FILE_NAME, err)
+        return Settings()
 
 
 def load(data_path: str) -> list[TopicMeta]:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
-from nsqpy._internal.duration import HOUR, MILLISECOND, MINUTE, SECOND
+from nsqpy._internal.duration import HOUR, MILLISECOND, MINUTE, SECOND, parse_go_duration
 from nsqpy._internal.goflag import (
     ConfigError,
     FlagKind,
@@ -31,6 +31,7 @@ from nsqpy._internal.goflag import (
 )
 from nsqpy._internal.logs import parse_level
 from nsqpy._version import __version__
+from nsqpy.nsqd import policy
 from nsqpy.nsqd.alerts import AGE, DEPTH, Kind, parse_rule
 from nsqpy.protocol.constants import NSQ_VERSION
 
@@ -144,7 +145,13 @@ class NsqdOptions:
     max_msg_timeout: int = 15 * MINUTE
     max_msg_size: int = 1024 * 1024
     max_req_timeout: int = 1 * HOUR
+    #: nsqpy only (NSQ #1499): the cap on DPUB / ``/pub?defer=``; None: --max-req-timeout's.
+    max_defer_timeout: int | None = None
     max_body_size: int = 5 * 1024 * 1024
+    #: nsqpy only (NSQ #974, #1396): node-wide dead-letter and TTL defaults.
+    max_attempts: int = 0
+    message_ttl: int = 0
+    dead_letter_suffix: str = policy.DEFAULT_SUFFIX
     # client-overridable limits
     max_heartbeat_interval: int = 60 * SECOND
     max_rdy_count: int = 2500
@@ -183,6 +190,15 @@ class NsqdOptions:
     queue_scan_refresh_interval: int = QUEUE_SCAN_REFRESH_INTERVAL_NS
     queue_scan_dirty_percent: float = QUEUE_SCAN_DIRTY_PERCENT
     client_timeout: int = CLIENT_TIMEOUT_NS
+
+    @property
+    def defer_limit(self) -> int:
+        """The longest deferral DPUB and ``/pub?defer=`` accept, in ns."""
+        return self.max_req_timeout if self.max_defer_timeout is None else self.max_defer_timeout
+
+    @property
+    def policy_defaults(self) -> policy.NodeDefaults:
+        return policy.NodeDefaults(self.max_attempts, self.message_ttl, self.dead_letter_suffix)
 
 
 #: Config keys (= ``/config/:opt`` names) whose field name differs from the key.
@@ -327,7 +343,43 @@ def _add_message_flags(fs: FlagSet, d: NsqdOptions) -> None:
     )
     fs.add_int("max-msg-size", d.max_msg_size, "maximum size of a single message in bytes")
     fs.add_duration("max-req-timeout", d.max_req_timeout, "maximum requeuing timeout for a message")
+    fs.add_value(
+        "max-defer-timeout",
+        d.max_defer_timeout,
+        "(nsqpy) maximum `duration` a DPUB or /pub?defer= may defer a message "
+        "(default: the --max-req-timeout value)",
+        parser=_duration_flag,
+        coerce_as=FlagKind.DURATION,
+    )
     fs.add_int("max-body-size", d.max_body_size, "maximum size of a single command body")
+
+
+def _duration_flag(text: str, _current: object) -> object:
+    try:
+        return parse_go_duration(text)
+    except ValueError:
+        raise ValueError("parse error") from None
+
+
+def _add_dead_letter_flags(fs: FlagSet, d: NsqdOptions) -> None:
+    fs.add_int(
+        "max-attempts",
+        d.max_attempts,
+        "(nsqpy) a message that would be delivered for the (N+1)th time goes to its channel's "
+        "dead-letter topic instead (0 = never, as nsqd; per topic/channel: /topic/config, "
+        "/channel/config)",
+    )
+    fs.add_duration(
+        "message-ttl",
+        d.message_ttl,
+        "(nsqpy) a message older than this is not delivered: it goes to the dead-letter topic "
+        "when its channel has one, else it is dropped (0 = never)",
+    )
+    fs.add_string(
+        "dead-letter-suffix",
+        d.dead_letter_suffix,
+        "(nsqpy) a channel's dead-letter topic is <topic><suffix> unless set per topic/channel",
+    )
 
 
 def _add_client_flags(fs: FlagSet, d: NsqdOptions) -> None:
@@ -489,6 +541,7 @@ def nsqd_flag_set(defaults: NsqdOptions | None = None) -> FlagSet:
         _add_basic_flags,
         _add_queue_flags,
         _add_message_flags,
+        _add_dead_letter_flags,
         _add_client_flags,
         _add_statsd_flags,
         _add_e2e_flags,
@@ -568,6 +621,21 @@ def validate(opts: NsqdOptions) -> None:
                 f"invalid E2E processing latency percentile: {format_go_float(percentile)}"
             )
     validate_alerts(opts)
+    validate_dead_letters(opts)
+
+
+def validate_dead_letters(opts: NsqdOptions) -> None:
+    """nsqpy's own options: the defer limit, dead-letter and TTL defaults."""
+    if opts.max_defer_timeout is not None and opts.max_defer_timeout < 0:
+        raise OptionsError("--max-defer-timeout must be >= 0")
+    if not 0 <= opts.max_attempts <= policy.MAX_ATTEMPTS_LIMIT:
+        raise OptionsError(f"--max-attempts must be [0,{policy.MAX_ATTEMPTS_LIMIT}]")
+    if opts.message_ttl < 0:
+        raise OptionsError("--message-ttl must be >= 0")
+    try:
+        policy.check_suffix(opts.dead_letter_suffix)
+    except ValueError as err:
+        raise OptionsError(str(err)) from None
 
 
 def validate_alerts(opts: NsqdOptions) -> None:
@@ -624,6 +692,8 @@ def config_value(opts: NsqdOptions, cfg_name: str) -> object:
     if cfg_name not in CFG_NAMES:
         raise KeyError(cfg_name)
     value: object = getattr(opts, _FIELD_BY_CFG.get(cfg_name, cfg_name))
+    if cfg_name == "max_defer_timeout":
+        return opts.defer_limit
     if cfg_name == "log_level":
         return log_level_number(str(value))
     if isinstance(value, list):

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from nsqpy.nsqd import records
 from nsqpy.nsqd.backend import Backend, DiskHooks
 from nsqpy.nsqd.diskqueue import DiskQueue, DiskQueueError, SyncJob
 
@@ -41,8 +42,8 @@ class DiskStore(DiskHooks):
         self.loop = loop
         self.data_path = data_path
         self.max_bytes_per_file = max_bytes_per_file
-        # a record is the message (26 bytes of header + body) plus nsqpy's deferral extension
-        self.max_record_size = max_msg_size + 26 + 16
+        # a record is the message (26 bytes of header + body) plus nsqpy's extensions
+        self.max_record_size = max_msg_size + 26 + records.MAX_EXTENSION_SIZE
         self.sync_every = sync_every
         self.sync_timeout = sync_timeout
         self.durable = durable

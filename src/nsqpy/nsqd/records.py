@@ -9,6 +9,12 @@ keeps it with an extended record, written only for messages that are deferred::
 
     [8-byte magic \\xffnsqpyD\\x01][8-byte int64 due time, unix ns][NSQ payload]
 
+A dead letter (see ``nsqpy.nsqd.policy``) also remembers the channel it came from, so that a
+redrive can send it back there; its record is::
+
+    [8-byte magic \xffnsqpyO\x01][8-byte int64 due time or 0][1-byte n][n bytes "topic:channel"]
+    [NSQ payload]
+
 A real timestamp never starts with 0xff (that would be a negative time), so plain NSQ records
 and extended ones cannot be confused, and every record nsqd v1.3.0 wrote reads unchanged.
 """
@@ -19,10 +25,15 @@ import struct
 from typing import Final, NamedTuple
 
 DEFERRED_MAGIC: Final = b"\xffnsqpyD\x01"
+ORIGIN_MAGIC: Final = b"\xffnsqpyO\x01"
 _HEADER: Final = struct.Struct(">qH")
 _DUE: Final = struct.Struct(">q")
-#: An extended record is this much longer than the NSQ payload it wraps.
+#: A deferred record is this much longer than the NSQ payload it wraps.
 EXTENSION_SIZE: Final = len(DEFERRED_MAGIC) + _DUE.size
+#: The most any extension adds (an origin is two names of at most 64 bytes and a colon).
+MAX_EXTENSION_SIZE: Final = EXTENSION_SIZE + 1 + 129
+#: Enough of a record's first bytes to find its timestamp (``head_timestamp``).
+HEAD_SIZE: Final = MAX_EXTENSION_SIZE + _DUE.size
 
 
 class Record(NamedTuple):
@@ -31,10 +42,16 @@ class Record(NamedTuple):
     id: bytes
     body: bytes
     due_ns: int  # wall-clock unix ns when a deferred message becomes due; 0 if not deferred
+    origin: str = ""  # a dead letter's "topic:channel"
 
 
-def encode(timestamp: int, attempts: int, msg_id: bytes, body: bytes, due_ns: int = 0) -> bytes:
+def encode(
+    timestamp: int, attempts: int, msg_id: bytes, body: bytes, due_ns: int = 0, origin: str = ""
+) -> bytes:
     payload = _HEADER.pack(timestamp, attempts & 0xFFFF) + msg_id + body
+    if origin:
+        name = origin.encode("ascii")
+        return ORIGIN_MAGIC + _DUE.pack(due_ns) + bytes((len(name),)) + name + payload
     if due_ns:
         return DEFERRED_MAGIC + _DUE.pack(due_ns) + payload
     return payload
@@ -48,10 +65,31 @@ def encode_plain(timestamp: int, msg_id: bytes, body: bytes) -> bytes:
 def decode(data: bytes) -> Record:
     """Decode a record; raises ValueError for one too short to be a message."""
     due = 0
-    if data[:8] == DEFERRED_MAGIC:
-        (due,) = _DUE.unpack_from(data, 8)
-        data = data[EXTENSION_SIZE:]
+    origin = ""
+    if data[:1] == b"\xff":
+        magic = data[:8]
+        if magic == DEFERRED_MAGIC:
+            (due,) = _DUE.unpack_from(data, 8)
+            data = data[EXTENSION_SIZE:]
+        elif magic == ORIGIN_MAGIC and len(data) > EXTENSION_SIZE:
+            (due,) = _DUE.unpack_from(data, 8)
+            end = EXTENSION_SIZE + 1 + data[EXTENSION_SIZE]
+            origin = data[EXTENSION_SIZE + 1 : end].decode("ascii", "replace")
+            data = data[end:]
     if len(data) < 26:
         raise ValueError(f"invalid message buffer size ({len(data)})")
     timestamp, attempts = _HEADER.unpack_from(data)
-    return Record(timestamp, attempts, data[10:26], data[26:], due)
+    return Record(timestamp, attempts, data[10:26], data[26:], due, origin)
+
+
+def head_timestamp(head: bytes) -> int | None:
+    """The publish timestamp from a record's first bytes (``HEAD_SIZE`` always suffice);
+    None if they are too few."""
+    offset = 0
+    if head[:8] == DEFERRED_MAGIC:
+        offset = EXTENSION_SIZE
+    elif head[:8] == ORIGIN_MAGIC and len(head) > EXTENSION_SIZE:
+        offset = EXTENSION_SIZE + 1 + head[EXTENSION_SIZE]
+    if len(head) < offset + _DUE.size:
+        return None
+    return int(_DUE.unpack_from(head, offset)[0])

@@ -16,6 +16,12 @@ Quirks kept on purpose, because tools parse them:
   configured (``--e2e-processing-latency-percentile``), and for a topic none of whose channels
   tracks them; otherwise ``percentiles`` lists every configured quantile, even with count 0.
 
+nsqpy's dead-letter/TTL fields (``max_attempts``, ``message_ttl``, ``dead_letter_topic``,
+``dead_letter_count``, ``expired_count``) are added to a channel, after nsqd's, only when a
+policy applies to it, it has its own settings, or it ever diverted a message; so unless those
+features are used the output is exactly nsqd's. The text form gets one more line per such
+channel.
+
 Memory figures come from CPython rather than Go's runtime; see ``memory_stats``.
 """
 
@@ -182,6 +188,33 @@ class ClientStats:
 
 
 @dataclass(slots=True)
+class PolicyStats:
+    """A channel's dead-letter/TTL policy as it applies, and what it did."""
+
+    max_attempts: int
+    message_ttl: int  # ns
+    dead_letter_topic: str
+    dead_letter_count: int
+    expired_count: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "max_attempts": self.max_attempts,
+            "message_ttl": format_go_duration(self.message_ttl),
+            "dead_letter_topic": self.dead_letter_topic,
+            "dead_letter_count": self.dead_letter_count,
+            "expired_count": self.expired_count,
+        }
+
+    def text(self) -> str:
+        return (
+            f"dead-letter: {self.dead_letter_topic or '-'} max-attempts: {self.max_attempts} "
+            f"ttl: {format_go_duration(self.message_ttl)} dead: {self.dead_letter_count} "
+            f"expired: {self.expired_count}"
+        )
+
+
+@dataclass(slots=True)
 class ChannelStats:
     channel_name: str
     depth: int
@@ -195,9 +228,10 @@ class ChannelStats:
     clients: list[ClientStats] | None
     paused: bool
     e2e_processing_latency: E2eResult
+    policy: PolicyStats | None = None
 
     def to_json(self) -> dict[str, object]:
-        return {
+        doc: dict[str, object] = {
             "channel_name": self.channel_name,
             "depth": self.depth,
             "backend_depth": self.backend_depth,
@@ -211,6 +245,9 @@ class ChannelStats:
             "paused": self.paused,
             "e2e_processing_latency": self.e2e_processing_latency,
         }
+        if self.policy is not None:
+            doc.update(self.policy.to_json())
+        return doc
 
 
 @dataclass(slots=True)
@@ -351,6 +388,17 @@ def _channel_stats(
         clients=clients,
         paused=channel.paused,
         e2e_processing_latency=e2e_latency(channel),
+        policy=_policy_stats(channel) if channel.shows_policy else None,
+    )
+
+
+def _policy_stats(channel: Channel) -> PolicyStats:
+    return PolicyStats(
+        max_attempts=channel.max_attempts,
+        message_ttl=channel.message_ttl,
+        dead_letter_topic=channel.dead_letter_topic,
+        dead_letter_count=channel.dead_letter_count,
+        expired_count=channel.expired_count,
     )
 
 
@@ -561,6 +609,8 @@ def _topic_text(topic: TopicStats, now_ns: int) -> list[str]:
             f"timeout: {channel.timeout_count:<5d} msgs: {channel.message_count:<8d} "
             f"e2e%: {_e2e_text(channel.e2e_processing_latency)}"
         )
+        if channel.policy is not None:
+            lines.append(f"          {channel.policy.text()}")
         lines.extend(f"        {client.text(now_ns)}" for client in channel.clients or ())
     return lines
 

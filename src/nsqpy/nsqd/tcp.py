@@ -415,8 +415,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         raw_ms = byte_to_base10(params[2])
         if raw_ms is None:
             raise _invalid(f"DPUB could not parse timeout {params[2].decode('utf-8', 'replace')}")
-        max_ms = self.nsqd.opts.max_req_timeout // _MS
-        if not 0 <= as_int64(raw_ms * _MS % (1 << 64)) <= self.nsqd.opts.max_req_timeout:
+        limit = self.nsqd.opts.defer_limit  # --max-defer-timeout (nsqpy), else --max-req-timeout
+        max_ms = limit // _MS
+        if not 0 <= as_int64(raw_ms * _MS % (1 << 64)) <= limit:
             raise _invalid(f"DPUB timeout {raw_ms} out of range 0-{max_ms}")
         return raw_ms
 

@@ -18,12 +18,15 @@ from nsqpy.nsqd import records
 from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.channel import Channel
 from nsqpy.nsqd.errors import Exiting, QueueFull
-from nsqpy.nsqd.message import Message, Queued
+from nsqpy.nsqd.message import Message, Queued, from_record
+from nsqpy.nsqd.policy import Settings
 from nsqpy.nsqd.quantile import LatencySummary, aggregate
 from nsqpy.protocol.names import is_ephemeral
 
 _NO_DISK = DiskHooks()
 ChannelBackendFactory = Callable[[str], "Backend | None"]
+#: Called on a new channel before any message reaches it (the broker sets its policy).
+ChannelSetup = Callable[[Channel], None]
 #: Messages moved from a topic's disk backlog to its channels per ``pump`` call.
 PUMP_BATCH = 2000
 
@@ -42,6 +45,7 @@ class Topic:
         channel_backend: ChannelBackendFactory | None = None,
         hooks: DiskHooks = _NO_DISK,
         wall_ns: Callable[[], int] = time.time_ns,
+        setup_channel: ChannelSetup | None = None,
     ) -> None:
         self.name = name
         self.ephemeral = is_ephemeral(name)
@@ -61,6 +65,9 @@ class Topic:
         self.awaiting_channels = False
         self.message_count = 0
         self.message_bytes = 0
+        #: Defaults for its channels' dead-letter/TTL policy (``nsqpy.nsqd.policy``).
+        self.settings = Settings()
+        self.setup_channel = setup_channel
 
     @property
     def depth(self) -> int:
@@ -99,6 +106,8 @@ class Topic:
             hooks=self.hooks,
             wall_ns=self.wall_ns,
         )
+        if self.setup_channel is not None:
+            self.setup_channel(channel)
         self.channels[name] = channel
         if len(self.channels) == 1:
             self._release(now)
@@ -139,6 +148,19 @@ class Topic:
             self._hold(msgs)
             return
         self._fan_out_many(msgs, now)
+
+    def put_messages(self, msgs: list[Message], now: float) -> None:
+        """Publish messages made elsewhere (dead letters, redriven ones): no room check, as
+        they come off another queue, not from a client that could be told to wait."""
+        if self.exiting:
+            raise Exiting()
+        self.message_count += len(msgs)
+        self.message_bytes += sum(len(m.body) for m in msgs)
+        queued: list[Queued] = list(msgs)
+        if self.holding:
+            self._hold(queued)
+        else:
+            self._fan_out_many(queued, now)
 
     def _hold(self, msgs: list[Queued]) -> None:
         queue = self.queue
@@ -221,11 +243,10 @@ class Topic:
                 rec = records.decode(data)
             except ValueError:
                 continue
-            if not rec.attempts and not rec.due_ns:
+            if not rec.attempts and not rec.due_ns and not rec.origin:
                 msgs.append((rec.id, rec.body, rec.timestamp))
                 continue
-            msg = Message(rec.id, rec.body, rec.timestamp)
-            msg.attempts = rec.attempts
+            msg = from_record(rec)
             if rec.due_ns:
                 msg.deferred = (rec.due_ns - rec.timestamp) / 1e9  # the publisher's delay
             msgs.append(msg)
