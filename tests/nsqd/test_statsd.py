@@ -20,7 +20,7 @@ from http_reply import HttpApi
 from v2client import RawV2
 
 from nsqpy.nsqd import statsd
-from nsqpy.nsqd.stats import ChannelStats, MemoryStats, Stats, TopicStats
+from nsqpy.nsqd.stats import PolicyStats, ChannelStats, MemoryStats, Stats, TopicStats
 
 MS = 1_000_000
 LINE = re.compile(r"^(?P<name>[^:]+):(?P<value>-?\d+)\|(?P<type>[cg])$")
@@ -164,6 +164,25 @@ def test_report_golden_lines_and_deltas() -> None:
         "nsq.h_1.topic.zeta.message_count:-1|c\n",
         "nsq.h_1.topic.zeta.message_bytes:-4|c\n",
     ]
+
+
+def test_dead_letter_counters_only_for_channels_with_a_policy() -> None:
+    report = statsd.Report("p.")
+
+    def snapshot(dead: int, expired: int) -> Stats:
+        policy = PolicyStats(3, 60 * 10**9, "t.dead", dead, expired)
+        return Stats(
+            topics=[topic("t", [channel("c", policy=policy), channel("plain")])],
+            producers=None,
+        )
+
+    first = report.lines(snapshot(4, 1))
+    assert "p.topic.t.channel.c.dead_letter_count:4|c\n" in first
+    assert "p.topic.t.channel.c.expired_count:1|c\n" in first
+    assert not [line for line in first if ".plain.dead" in line or ".plain.expired" in line]
+    second = report.lines(snapshot(6, 1))  # counters are deltas since the previous push
+    assert "p.topic.t.channel.c.dead_letter_count:2|c\n" in second
+    assert "p.topic.t.channel.c.expired_count:0|c\n" in second
 
 
 def test_report_memory_lines() -> None:

@@ -75,6 +75,27 @@ _CHANNEL_FIGURES: Final[tuple[Figure, ...]] = (
     ("nsq_channel_clients", "gauge", "Consumers subscribed to the channel.", "client_count"),
     ("nsq_channel_paused", "gauge", "1 while the channel is paused.", "paused"),
 )
+#: nsqpy's dead-letter/TTL figures (``PolicyStats``), for channels whose /stats shows them.
+_POLICY_FIGURES: Final[tuple[Figure, ...]] = (
+    (
+        "nsq_channel_dead_letters_total",
+        "counter",
+        "Messages moved to the channel's dead-letter topic (max attempts or TTL).",
+        "dead_letter_count",
+    ),
+    (
+        "nsq_channel_expired_total",
+        "counter",
+        "Messages not delivered because they were older than the channel's message TTL.",
+        "expired_count",
+    ),
+    (
+        "nsq_channel_max_attempts",
+        "gauge",
+        "Deliveries a message gets before it is dead-lettered (0: no limit).",
+        "max_attempts",
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +166,28 @@ def _queue_families(snapshot: Stats) -> list[Family]:
         "gauge",
         "End-to-end processing latency percentiles over the window (publish to FIN).",
     )
+    policy_families = [Family(n, kind, h) for n, kind, h, _ in _POLICY_FIGURES]
+    ttl = Family(
+        "nsq_channel_message_ttl_seconds",
+        "gauge",
+        "Age past which a message of the channel is not delivered (0: no TTL).",
+    )
     for topic in snapshot.topics or ():
         _add_topic(topic, topic_families, topic_e2e)
         for channel in topic.channels:
-            _add_channel(topic.topic_name, channel, channel_families, channel_e2e)
-    return [*topic_families, topic_e2e, *channel_families, channel_e2e]
+            text = _add_channel(topic.topic_name, channel, channel_families, channel_e2e)
+            if channel.policy is not None:
+                for family, value in zip(
+                    policy_families, _POLICY_VALUES(channel.policy), strict=True
+                ):
+                    family.add(value, text)
+                ttl.add(channel.policy.message_ttl / _NS, text)
+    return [*topic_families, topic_e2e, *channel_families, channel_e2e, *policy_families, ttl]
 
 
 _TOPIC_VALUES: Final = attrgetter(*(figure[3] for figure in _TOPIC_FIGURES))
 _CHANNEL_VALUES: Final = attrgetter(*(figure[3] for figure in _CHANNEL_FIGURES))
+_POLICY_VALUES: Final = attrgetter(*(figure[3] for figure in _POLICY_FIGURES))
 
 
 def _add_topic(topic: TopicStats, families: list[Family], e2e: Family) -> None:
@@ -163,11 +197,13 @@ def _add_topic(topic: TopicStats, families: list[Family], e2e: Family) -> None:
     add_e2e(e2e, topic.e2e_processing_latency, text)
 
 
-def _add_channel(topic: str, channel: ChannelStats, families: list[Family], e2e: Family) -> None:
+def _add_channel(topic: str, channel: ChannelStats, families: list[Family], e2e: Family) -> str:
+    """Add the channel's samples; returns its label text."""
     text = labels(("topic", topic), ("channel", channel.channel_name))
     for family, value in zip(families, _CHANNEL_VALUES(channel), strict=True):
         family.add(value, text)
     add_e2e(e2e, channel.e2e_processing_latency, text)
+    return text
 
 
 def _alert_families(monitor: AlertMonitor, snapshot: Stats) -> list[Family]:

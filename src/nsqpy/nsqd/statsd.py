@@ -13,6 +13,7 @@ Names, with ``<T>`` a topic and ``<C>`` a channel (``|c`` counter, ``|g`` gauge)
     topic.<T>.channel.<C>.message_count|c  .depth|g  .backend_depth|g  .in_flight_count|g
         .deferred_count|g  .requeue_count|c  .timeout_count|c  .clients|g
         .e2e_processing_latency_<pct>|g
+        .dead_letter_count|c  .expired_count|c     (nsqpy: channels with a dead-letter/TTL policy)
     mem.heap_objects|g  mem.heap_idle_bytes|g  mem.heap_in_use_bytes|g
     mem.heap_released_bytes|g  mem.gc_pause_usec_100|g  mem.gc_pause_usec_99|g
     mem.gc_pause_usec_95|g  mem.next_gc_bytes|g  mem.gc_runs|c   (with --statsd-mem-stats)
@@ -133,6 +134,12 @@ class Report:
             gauge(p, name, value)
             for name, value in _e2e_stats(stat, channel.e2e_processing_latency)
         )
+        policy = channel.policy
+        if policy is not None:  # nsqpy's dead letters, only where /stats shows them
+            before = last.policy if last is not None else None
+            dead, expired = (before.dead_letter_count, before.expired_count) if before else (0, 0)
+            out.append(counter(p, f"{stat}.dead_letter_count", policy.dead_letter_count - dead))
+            out.append(counter(p, f"{stat}.expired_count", policy.expired_count - expired))
         return out
 
     def _memory_lines(self, memory: MemoryStats) -> list[str]:
