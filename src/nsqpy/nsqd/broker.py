@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from nsqpy.nsqd.backend import Backend, DiskHooks
@@ -98,8 +98,10 @@ class Broker:
             self._notify("topic_created", name)
         return topic
 
-    def get_channel(self, topic: Topic, name: str, now: float) -> Channel:
-        channel, created = topic.get_channel(name, now)
+    def get_channel(
+        self, topic: Topic, name: str, now: float, settings: Settings | None = None
+    ) -> Channel:
+        channel, created = topic.get_channel(name, now, settings)
         if created:
             self._notify("channel_created", topic.name, name)
         return channel
@@ -183,14 +185,8 @@ class Broker:
 
     def apply_policies(self) -> None:
         """Settings changed somewhere: resolve every channel again."""
-        self._targets = frozenset(
-            target
-            for topic in self.topics.values()
-            for target in (
-                topic.settings.dead_letter_topic,
-                *(c.settings.dead_letter_topic for c in topic.channels.values()),
-            )
-            if target
+        self._targets = _named_targets(
+            (t.settings, *(c.settings for c in t.channels.values())) for t in self.topics.values()
         )
         for channel in self.channels():
             self._apply(channel)
@@ -286,17 +282,17 @@ class Broker:
 
     def restore(self, topics: list[TopicMeta], now: float) -> None:
         """Recreate topics and channels (paused flags, settings) from nsqd.dat."""
+        # which topics are dead-letter topics is known before any channel resolves its policy
+        self._targets = _named_targets(
+            (meta.settings, *(c.settings for c in meta.channels)) for meta in topics
+        )
         for meta in topics:
             topic = self.get_topic(meta.name)
             topic.settings = meta.settings
             if meta.paused:
                 topic.pause()
-        self.apply_policies()  # every setting is known before any channel resolves its own
-        for meta in topics:
-            topic = self.topics[meta.name]
             for chan in meta.channels:
-                channel = self.get_channel(topic, chan.name, now)
-                channel.settings = chan.settings  # nothing flows yet: no client, no pump
+                channel = self.get_channel(topic, chan.name, now, chan.settings)
                 if chan.paused:
                     channel.pause()
         self.apply_policies()
@@ -312,6 +308,11 @@ class Broker:
 
 def _name(obj: Topic | Channel) -> str:
     return obj.name
+
+
+def _named_targets(groups: Iterable[Iterable[Settings]]) -> frozenset[str]:
+    """Every dead-letter topic named explicitly in these settings."""
+    return frozenset(s.dead_letter_topic for group in groups for s in group if s.dead_letter_topic)
 
 
 def _check_problem(before: Effective, after: Effective, changes: dict[str, object]) -> None:

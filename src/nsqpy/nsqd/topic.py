@@ -88,8 +88,11 @@ class Topic:
         """Messages are kept at the topic (no channel yet, paused, or channels being looked up)."""
         return not self.channels or self.paused or self.awaiting_channels
 
-    def get_channel(self, name: str, now: float) -> tuple[Channel, bool]:
-        """The channel called ``name``, created if absent; True when it was created."""
+    def get_channel(
+        self, name: str, now: float, settings: Settings | None = None
+    ) -> tuple[Channel, bool]:
+        """The channel called ``name``, created if absent (with its own dead-letter/TTL
+        ``settings``, when restored); True when it was created."""
         channel = self.channels.get(name)
         if channel is not None:
             return channel, False
@@ -106,6 +109,8 @@ class Topic:
             hooks=self.hooks,
             wall_ns=self.wall_ns,
         )
+        if settings is not None:
+            channel.settings = settings
         if self.setup_channel is not None:
             self.setup_channel(channel)
         self.channels[name] = channel
