@@ -30,6 +30,7 @@ from nsqpy.nsqd.options import (
     validate,
     validate_config,
 )
+from nsqpy.nsqd.policy import NodeDefaults
 
 FATAL_LINE = r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} FATAL: "
 
@@ -628,3 +629,68 @@ def test_a_zero_check_interval_is_fine_without_rules() -> None:
     opts.alert_ages = ["1m"]
     with pytest.raises(OptionsError, match="alert-check-interval"):
         validate(opts)
+
+
+# --- dead letters, TTL and the defer limit (nsqpy) ----------------------------------------------
+
+
+def test_dead_letter_flags_and_the_defer_limit() -> None:
+    opts = parse_nsqd_args([])
+    assert opts.max_defer_timeout is None and opts.defer_limit == HOUR  # follows REQ's limit
+    assert config_value(opts, "max_defer_timeout") == HOUR
+    opts = parse_nsqd_args(["--max-req-timeout=2h"])
+    assert opts.defer_limit == 2 * HOUR
+    opts = parse_nsqd_args(
+        [
+            "--max-defer-timeout=24h",
+            "--max-attempts=5",
+            "--message-ttl=90s",
+            "--dead-letter-suffix=_dlq",
+        ]
+    )
+    assert (opts.defer_limit, opts.max_req_timeout) == (24 * HOUR, HOUR)
+    assert config_value(opts, "max_defer_timeout") == 24 * HOUR
+    assert opts.policy_defaults == NodeDefaults(5, 90 * SECOND, "_dlq")
+    assert config_value(opts, "message_ttl") == 90 * SECOND
+
+
+def test_dead_letter_settings_from_a_config_file(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        'max_defer_timeout = "6h"\nmax_attempts = 3\nmessage_ttl = "1h"\n'
+        'dead_letter_suffix = ".failed"\n',
+    )
+    opts = parse_nsqd_args([f"--config={path}"])
+    assert opts.policy_defaults == NodeDefaults(3, HOUR, ".failed")
+    assert opts.defer_limit == 6 * HOUR
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--max-attempts=-1"], "failed to instantiate nsqd - --max-attempts must be [0,65535]"),
+        (["--max-attempts=65536"], "failed to instantiate nsqd - --max-attempts must be [0,65535]"),
+        (["--message-ttl=-1s"], "failed to instantiate nsqd - --message-ttl must be >= 0"),
+        (
+            ["--max-defer-timeout=-1s"],
+            "failed to instantiate nsqd - --max-defer-timeout must be >= 0",
+        ),
+        (
+            ["--dead-letter-suffix=#dead"],
+            'failed to instantiate nsqd - --dead-letter-suffix "#dead" must be 1 to 63 '
+            "characters of [.a-zA-Z0-9_-]",
+        ),
+    ],
+)
+def test_bad_dead_letter_options_are_fatal(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert fatal_exit(capsys, argv) == message
+
+
+def test_an_unparsable_defer_limit_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse_nsqd_args(["--max-defer-timeout=soon"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith('invalid value "soon" for flag -max-defer-timeout: parse error\n')
