@@ -20,7 +20,7 @@ from http_reply import HttpApi
 from v2client import RawV2
 
 from nsqpy.nsqd import statsd
-from nsqpy.nsqd.stats import PolicyStats, ChannelStats, MemoryStats, Stats, TopicStats
+from nsqpy.nsqd.stats import ChannelStats, MemoryStats, PolicyStats, Stats, TopicStats
 
 MS = 1_000_000
 LINE = re.compile(r"^(?P<name>[^:]+):(?P<value>-?\d+)\|(?P<type>[cg])$")
