@@ -15,6 +15,7 @@ Two flavours:
   ``nsqds[i]`` are ``NSQD`` objects (``.http_address``, ``.tcp_port``, ``.broker``), ``node(i)``
   is the ``host:http_port`` name nsqadmin gives that nsqd, ``await stop_nsqd(i)`` takes one
   down, ``await wait_producers(topic, n)`` waits until lookupd lists n producers of a topic.
+  The ``receiver`` fixture is an HTTP endpoint collecting notifications (``await next()``).
 
 * ``process_cluster`` (sync, module scope): the same cluster as real processes
   (``python -m nsqpy.nsqlookupd`` / ``nsqpy.nsqd`` / ``nsqpy.nsqadmin``), for tests that must
@@ -47,6 +48,7 @@ from typing import IO, Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from http_reply import HttpApi, Reply
 
 from nsqpy.nsqadmin.app import NSQAdmin
@@ -227,6 +229,42 @@ async def admin_cluster(tmp_path: Path) -> AsyncIterator[AdminCluster]:
             yield cluster
         finally:
             await cluster.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Notification endpoint
+# ---------------------------------------------------------------------------------------------
+
+
+class Receiver:
+    """A tiny HTTP server collecting the notifications POSTed to it."""
+
+    def __init__(self) -> None:
+        self.received: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.received.put_nowait((request.content_type, json.loads(await request.read())))
+        return web.Response(text="ok")
+
+    async def next(self) -> tuple[str, dict[str, Any]]:
+        async with asyncio.timeout(5):
+            return await self.received.get()
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    recv = Receiver()
+    app = web.Application()
+    app.router.add_post("/hook", recv.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    recv.url = f"http://127.0.0.1:{port}/hook"
+    yield recv
+    await runner.cleanup()
 
 
 # ---------------------------------------------------------------------------------------------

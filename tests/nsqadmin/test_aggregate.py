@@ -14,9 +14,12 @@ from nsqpy.nsqadmin.aggregate import (
     node_totals,
     topic_aggregate,
 )
-from nsqpy.nsqadmin.wire import decode_body
+from nsqpy.nsqadmin.wire import decode_action, decode_body
 
 NOW = 1_700_000_100.7
+POLICY_KEYS = (
+    "max_attempts", "message_ttl", "dead_letter_topic", "dead_letter_count", "expired_count",
+)  # fmt: skip
 
 
 def node_stats(messages: int, depth: int, clients: list[dict[str, Any]] | None) -> dict[str, Any]:
@@ -107,6 +110,39 @@ def test_channel_aggregate_sums_nodes_and_sorts_clients() -> None:
     )
 
 
+def with_policy(stats: dict[str, Any], **policy: Any) -> dict[str, Any]:
+    """``stats`` whose channel carries nsqpy's dead-letter keys, in nsqd's order."""
+    stats["topics"][0]["channels"][0].update(policy)
+    return stats
+
+
+def policy(attempts: int, ttl: str, target: str, dead: int, expired: int) -> dict[str, Any]:
+    return dict(zip(POLICY_KEYS, (attempts, ttl, target, dead, expired), strict=True))
+
+
+def test_dead_letter_keys_sum_counts_and_take_the_first_hostnames_settings() -> None:
+    collector = StatsCollector("t", NOW)
+    # added out of hostname order, one node without the feature
+    collector.add_node(
+        "h3:4151", "zulu", with_policy(node_stats(1, 1, None), **policy(5, "1m0s", "t.dead", 4, 1))
+    )
+    collector.add_node("h2:4151", "mike", node_stats(1, 1, None))
+    collector.add_node(
+        "h1:4151", "alpha", with_policy(node_stats(1, 1, None), **policy(2, "0s", "other", 3, 0))
+    )
+    total = collector.channels["c"]
+    assert list(total)[-6:] == ["e2e_processing_latency", *POLICY_KEYS]
+    assert {k: total[k] for k in POLICY_KEYS} == policy(2, "0s", "other", 7, 1)
+    nodes = {n["hostname"]: n for n in total["nodes"]}
+    assert "dead_letter_count" not in nodes["mike"]
+    assert (nodes["zulu"]["max_attempts"], nodes["zulu"]["dead_letter_count"]) == (5, 4)
+    # nodes without the feature: Go's keys, nothing more
+    plain = StatsCollector("t", NOW)
+    plain.add_node("h2:4151", "mike", node_stats(1, 1, None))
+    assert list(plain.channels["c"])[-1] == "e2e_processing_latency"
+    assert list(plain.topics[0]["channels"][0])[-1] == "e2e_processing_latency"
+
+
 def test_e2e_percentiles_merge_as_nsq_does() -> None:
     one = e2e_from_node({"count": 10, "percentiles": [{"quantile": 0.99, "value": 8.0}]})
     assert one == {
@@ -190,5 +226,18 @@ def test_json_bodies_decode_as_gos_decoder() -> None:
             decode_body(raw, ("action",))
         except ValueError as err:
             assert str(err) == message, raw
+        else:
+            raise AssertionError(raw)
+
+
+def test_action_bodies_keep_their_other_keys() -> None:
+    raw = b'{"Action": "config", "max_attempts": 3, "message_ttl": null} trailing'
+    assert decode_action(raw) == ("config", {"max_attempts": 3, "message_ttl": None})
+    assert decode_action(b"null") == ("", {})
+    for raw, message in ((b"", "EOF"), (b'{"action": []}', "json: cannot unmarshal array")):
+        try:
+            decode_action(raw)
+        except ValueError as err:
+            assert str(err).startswith(message), raw
         else:
             raise AssertionError(raw)

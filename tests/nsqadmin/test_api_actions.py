@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from nsqpy.nsqadmin.notify import Notifier
 
-from .conftest import AdminCluster, eventually
+from .conftest import AdminCluster, Receiver, eventually
 from .test_api import two_node_topic
 
 
@@ -180,37 +177,6 @@ async def test_admin_acl(admin_cluster: AdminCluster) -> None:
 
 
 # -- notifications -----------------------------------------------------------------------------
-
-
-class Receiver:
-    """A tiny HTTP server collecting the notifications POSTed to it."""
-
-    def __init__(self) -> None:
-        self.received: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.received.put_nowait((request.content_type, json.loads(await request.read())))
-        return web.Response(text="ok")
-
-    async def next(self) -> tuple[str, dict[str, Any]]:
-        async with asyncio.timeout(5):
-            return await self.received.get()
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    recv = Receiver()
-    app = web.Application()
-    app.router.add_post("/hook", recv.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    recv.url = f"http://127.0.0.1:{port}/hook"
-    yield recv
-    await runner.cleanup()
 
 
 async def test_notifications_carry_nsqs_json(

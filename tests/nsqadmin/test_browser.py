@@ -435,6 +435,164 @@ def test_lookup_page_creates_topics_and_shows_server_errors(tab: Tab) -> None:
     expect(planned).to_have_count(0)
 
 
+# -- dead letters -----------------------------------------------------------------------------
+
+
+def nsqd_json(cluster: ProcessCluster, method: str, path: str, body: Any = None) -> Any:
+    """Call nsqd 0's HTTP API directly (a 200 expected): its JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    status, raw = cluster.request(method, f"http://{cluster.nsqd_http[0]}{path}", data)
+    assert status == 200, raw
+    return json.loads(raw)
+
+
+def nsqd_channel(cluster: ProcessCluster, topic: str, channel: str) -> Any:
+    [found] = (
+        c
+        for t in cluster.stats(0)["topics"]
+        if t["topic_name"] == topic
+        for c in t["channels"]
+        if c["channel_name"] == channel
+    )
+    return found
+
+
+def topic_depth(cluster: ProcessCluster, topic: str) -> int:
+    return sum(t["depth"] for t in cluster.stats(0)["topics"] if t["topic_name"] == topic)
+
+
+def dead_letter_by_consumer(cluster: ProcessCluster, topic: str, channel: str, count: int) -> None:
+    """``count`` messages on nsqd 0 into a channel with max_attempts 1, and a real consumer
+    that REQs each one: nsqd moves every one of them to ``<topic>.dead``."""
+    cluster.create_channel(topic, channel, 0)
+    nsqd_json(
+        cluster, "POST", f"/channel/config?topic={topic}&channel={channel}", {"max_attempts": 1}
+    )
+    consumer = Consumer(
+        topic, channel, nsqd_tcp_addresses=[cluster.nsqd_tcp[0]], max_in_flight=count
+    )
+    consumer.start()
+
+    def requeue_all() -> None:
+        for msg in consumer:
+            msg.requeue(0, backoff=False)
+
+    thread = threading.Thread(target=requeue_all, daemon=True)
+    thread.start()
+    try:
+        publish_counts(cluster, topic, {0: count})
+        poll(
+            lambda: nsqd_channel(cluster, topic, channel).get("dead_letter_count") == count,
+            f"nsqd to dead-letter {count} messages of {topic}/{channel}",
+        )
+    finally:
+        consumer.close(timeout=5)  # before any redrive: it would REQ the letters again
+        thread.join(10)
+    assert topic_depth(cluster, f"{topic}.dead") == count
+
+
+def test_redrive_dead_letters_from_the_channel_page(tab: Tab) -> None:
+    cluster = tab.cluster
+    dead_letter_by_consumer(cluster, "retries", "workers", 3)
+    page = tab.open("topics/retries/workers")
+    facts = page.locator("#policy")
+    expect(facts.locator(".dead-lettered")).to_have_text("3")
+    expect(facts.locator(".max-attempts")).to_have_text("1")
+    expect(facts.locator(".ttl")).to_have_text("off")
+    expect(facts.locator(".expired")).to_have_text("0")
+    expect(facts.locator(".dead-letter-topic a")).to_have_attribute(
+        "href", re.compile(r"/topics/retries\.dead$")
+    )
+    node0 = f'tr[data-node="{cluster.nsqd_http[0]}"]'
+    expect(cell(page, "#channel-nodes", node0, "dead-lettered")).to_have_text("3")
+    expect(cell(page, "#channel-nodes", "tr.total", "expired")).to_have_text("0")
+    expect(cell(page, "#channel-nodes", "tr.total", "depth")).to_have_text("0")
+    tab.shot("channel-dead-letters")
+
+    page.get_by_role("button", name="Redrive dead letters").click()
+    expect(page.locator("#flash")).to_contain_text("Redrove 3 messages")
+    question = tab.dialogs[-1]
+    assert "redrive" in question and '"retries.dead"' in question and '"workers"' in question
+    # back in the channel, as nsqd sees it and as the page shows it
+    assert topic_depth(cluster, "retries.dead") == 0
+    assert nsqd_channel(cluster, "retries", "workers")["depth"] == 3
+    expect(cell(page, "#channel-nodes", "tr.total", "depth")).to_have_text("3")
+    tab.shot("channel-redriven")
+
+
+def test_redrive_a_dead_letter_topic_from_its_page(tab: Tab) -> None:
+    cluster = tab.cluster
+    dead_letter_by_consumer(cluster, "payments", "ledger", 2)
+    page = tab.open("topics/payments")
+    ledger = 'tr[data-channel="ledger"]'
+    expect(cell(page, "#channels", ledger, "dead-lettered")).to_have_text("2")
+    expect(cell(page, "#channels", ledger, "expired")).to_have_text("0")
+    expect(page.get_by_role("button", name="Redrive all to their channels")).to_have_count(0)
+    page.goto(cluster.admin_url + "topics/payments.dead")
+    tab.wait_render()
+    # the sampler has seen ledger name this topic: the page links back to it
+    origin = page.locator("#dead-letter-of a")
+    expect(origin).to_have_text("payments/ledger")
+    expect(origin).to_have_attribute("href", re.compile(r"/topics/payments/ledger$"))
+    tab.shot("topic-dead-letters")
+    page.get_by_role("button", name="Redrive all to their channels").click()
+    expect(page.locator("#flash")).to_contain_text("Redrove 2 messages")
+    assert '"payments.dead"' in tab.dialogs[-1]
+    assert topic_depth(cluster, "payments.dead") == 0
+    assert nsqd_channel(cluster, "payments", "ledger")["depth"] == 2
+
+
+def test_policy_form_sets_the_policy_and_shows_nsqds_refusal(tab: Tab) -> None:
+    cluster = tab.cluster
+    for node in (0, 1):
+        cluster.create_channel("invoices", "mailer", node)
+    page = tab.open("topics/invoices/mailer")
+    expect(page.locator("main")).to_contain_text("No dead-letter or TTL policy applies")
+    expect(page.locator("#channel-nodes th", has_text="Dead-lettered")).to_have_count(0)
+    form = page.locator('form[data-form="policy"]')
+    ttl = form.locator("input[name=message_ttl]")
+    ttl.fill("soon")
+    form.locator("button[type=submit]").click()
+    # nsqd's own words, passed through nsqadmin's 400
+    expect(page.locator("#error")).to_contain_text("INVALID_MESSAGE_TTL: message_ttl must be")
+    tab.shot("channel-policy-refused")
+    tab.wait_render(tab.renders())  # a refresh keeps what was typed, to correct it
+    assert ttl.input_value() == "soon"
+    ttl.fill("90s")
+    form.locator("input[name=max_attempts]").fill("4")
+    form.locator("button[type=submit]").click()
+    expect(page.locator("#flash")).to_contain_text("Updated the dead-letter policy")
+    expect(page.locator("#error")).to_be_hidden()
+    expect(page.locator("#policy .ttl")).to_have_text("1m30s")
+    expect(page.locator("#policy .max-attempts")).to_have_text("4")
+    expect(page.locator("#policy .dead-letter-topic")).to_have_text("invoices.dead")
+    expect(page.locator("#channel-nodes th", has_text="Dead-lettered")).to_have_count(1)
+    assert "max_attempts 4" in tab.dialogs[-1] and "message_ttl" in tab.dialogs[-1]
+    for node in (0, 1):
+        url = f"http://{cluster.nsqd_http[node]}/channel/config?topic=invoices&channel=mailer"
+        config = cluster.get_json(url)
+        assert (config["max_attempts"], config["message_ttl"]) == (4, "1m30s")
+    tab.shot("channel-policy")
+    page.get_by_role("button", name="Reset to inherited").click()
+    expect(page.locator("main")).to_contain_text("No dead-letter or TTL policy applies")
+    assert cluster.get_json(url)["max_attempts"] is None
+    # nodes set apart (nsqd's own API): the page says so and lists each node's settings
+    for node, attempts in ((0, 2), (1, 7)):
+        path = f"http://{cluster.nsqd_http[node]}/channel/config?topic=invoices&channel=mailer"
+        status, _ = cluster.request("POST", path, json.dumps({"max_attempts": attempts}).encode())
+        assert status == 200
+    differs = page.locator("#policy-differs")
+    expect(differs).to_contain_text("settings differ across nodes")
+    expect(differs.locator("li")).to_have_text(
+        [re.compile(r": max attempts (2|7), TTL off, dead-letter topic invoices\.dead$")] * 2
+    )
+    set_to = {cluster.nsqd_http[0]: "2", cluster.nsqd_http[1]: "7"}
+    first = page.locator("#channel-nodes tr.node").first.get_attribute("data-node")
+    assert first in set_to
+    expect(page.locator("#policy .max-attempts")).to_have_text(set_to[first])  # the first node's
+    tab.shot("channel-policy-differs")
+
+
 # -- charts -----------------------------------------------------------------------------------
 
 
@@ -539,7 +697,10 @@ def test_base_path_and_admin_users(
             page.locator('#channels a:text-is("reader")').click()
             expect(page).to_have_url(cluster.admin_url + "topics/audit_log/reader")
             expect(cell(page, "#channel-nodes", "tr.total", "depth")).to_have_text("9")
-            expect(page.locator("button[data-action]")).to_have_count(3 if admin else 0)
+            expect(page.locator(".page-head button[data-action]")).to_have_count(3 if admin else 0)
+            # the dead-letter policy form (with its reset button) is for admins only too
+            expect(page.locator('form[data-form="policy"]')).to_have_count(1 if admin else 0)
+            expect(page.locator("button[data-action]")).to_have_count(4 if admin else 0)
             page.reload()  # a page route under the base path is served by nsqadmin too
             tab.wait_render()
             expect(page.locator("h1")).to_contain_text("reader")

@@ -12,6 +12,15 @@ so ``gojson.dumps`` writes what NSQ's nsqadmin writes. The rules are clusterinfo
   node's own entry as a side effect; we build the same sums without the aliasing.)
 * end-to-end latency percentiles merge as quantile.E2eProcessingLatencyAggregate.Add does,
   quirks included (``min`` ends up as the last node's ``max``).
+
+nsqpy's nsqd adds five keys to a channel that has a dead-letter or TTL policy (or once diverted
+a message): ``max_attempts``, ``message_ttl``, ``dead_letter_topic``, ``dead_letter_count``,
+``expired_count``. They are carried, after Go's keys and in that order, by a node's channel
+that reported them and by every aggregate (channel, and a topic's channel list) with at least
+one such node, and nowhere else, so against nodes without the feature the JSON is Go's. An
+aggregate sums the two counts over the nodes that report them; its three settings are those
+of the first reporting node in ``nodes`` order (by hostname, then node address), whatever
+order the nodes were added in. Nodes that disagree keep their own values in ``nodes``.
 """
 
 from __future__ import annotations
@@ -60,6 +69,9 @@ _CLIENT_COUNTS: Final[tuple[tuple[str, object], ...]] = (
     ("tls_negotiated_protocol_is_mutual", False),
 )
 _NS: Final = 1_000_000_000
+#: nsqpy's dead-letter keys of a channel, in nsqd's order: settings, then counts.
+_POLICY_SETTINGS: Final = ("max_attempts", "message_ttl", "dead_letter_topic")
+_POLICY_COUNTS: Final = ("dead_letter_count", "expired_count")
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -164,7 +176,7 @@ def node_channel(doc: Mapping[str, Any], node: str, hostname: str, topic: str, n
     if raw_clients is not None:
         clients = [client_stats(_mapping(c), node, now) for c in raw_clients]
     depth, backend = _num(doc, "depth"), _num(doc, "backend_depth")
-    return {
+    out: Doc = {
         "node": node,
         "hostname": hostname,
         "topic_name": topic,
@@ -183,6 +195,23 @@ def node_channel(doc: Mapping[str, Any], node: str, hostname: str, topic: str, n
         "paused": bool(doc.get("paused", False)),
         "e2e_processing_latency": e2e_from_node(doc.get("e2e_processing_latency")),
     }
+    if _has_policy(doc):
+        out.update((key, doc.get(key)) for key in _POLICY_SETTINGS)
+        out.update((key, _num(doc, key)) for key in _POLICY_COUNTS)
+    return out
+
+
+def _has_policy(doc: Mapping[str, Any]) -> bool:
+    return any(key in doc for key in (*_POLICY_SETTINGS, *_POLICY_COUNTS))
+
+
+def _policy_add(total: Doc) -> None:
+    """The aggregate's dead-letter keys from its (sorted) nodes; see the module docstring."""
+    reporting = [one for one in total["nodes"] if _has_policy(one)]
+    if not reporting:
+        return
+    total.update((key, reporting[0][key]) for key in _POLICY_SETTINGS)
+    total.update((key, sum(one[key] for one in reporting)) for key in _POLICY_COUNTS)
 
 
 def node_topic(doc: Mapping[str, Any], node: str, hostname: str, now: float) -> Doc:
@@ -227,13 +256,14 @@ def new_channel_aggregate(node: str, topic: str, channel: str) -> Doc:
 
 
 def channel_add(total: Doc, one: Doc) -> None:
-    """ChannelStats.Add."""
+    """ChannelStats.Add (and nsqpy's dead-letter keys)."""
     total["node"] = "*"
     for key in _CHANNEL_COUNTS:
         total[key] += one[key]
     total["paused"] = total["paused"] or one["paused"]
     total["nodes"] = [*(total["nodes"] or ()), one]
     _by_hostname(total["nodes"])
+    _policy_add(total)
     if total["e2e_processing_latency"] is None:
         total["e2e_processing_latency"] = _new_e2e(total["topic_name"], total["channel_name"])
     e2e_add(total["e2e_processing_latency"], one["e2e_processing_latency"])

@@ -4,7 +4,9 @@ Queries run concurrently, one request per lookupd or nsqd; admin POSTs run one a
 other, as in Go. Go's error contract is kept: a query that fails on *every* upstream raises
 ``ClusterError`` (nsqadmin answers 502 ``UPSTREAM_ERROR: <text>``), while failures on some
 upstreams come back as a list of error texts beside the result (nsqadmin answers 200 with
-``"message": "WARNING: ..."``). Admin actions collect every error as a partial one.
+``"message": "WARNING: ..."``). Admin actions collect every error as a partial one, except
+that nsqpy's dead-letter actions stop at an nsqd's 400 (``RefusedError``): the request itself
+is bad, and every nsqd would refuse it alike.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, TypeVar
 from nsqpy._internal.gostrconv import query_escape
 from nsqpy.nsqadmin.aggregate import Doc, StatsCollector
 from nsqpy.nsqadmin.producers import Producer
-from nsqpy.nsqadmin.upstream import Upstream, UpstreamError
+from nsqpy.nsqadmin.upstream import Upstream, UpstreamError, UpstreamStatusError
 
 log = logging.getLogger("nsqpy.nsqadmin")
 
@@ -27,6 +29,11 @@ T = TypeVar("T")
 
 class ClusterError(Exception):
     """Every upstream failed; the message is Go's (``failed to query any nsqd: ...``)."""
+
+
+class RefusedError(Exception):
+    """An nsqd refused an admin request as invalid (400); the message is nsqd's own
+    (``INVALID_MESSAGE_TTL: ...``)."""
 
 
 @dataclass(slots=True)
@@ -277,6 +284,29 @@ class ClusterInfo:
             except UpstreamError as err:
                 errors.items.append(str(err))
         return errors
+
+    async def producers_post_json(
+        self, producers: Sequence[Producer], uri: str, query: str, body: bytes | None = None
+    ) -> tuple[list[object], Errors]:
+        """POST to every producer in turn; the JSON answers of those that took it.
+
+        nsqd validates a request the same way on every node, so its 400 means the request is
+        bad, not the node: the fan-out stops there (no later node is changed) and
+        RefusedError carries nsqd's message. Any other failure is a partial error.
+        """
+        errors, answers = Errors(), list[object]()
+        for producer in producers:
+            url = f"http://{producer.http_address}/{uri}?{query}"
+            self._log("CI: querying nsqd %s", url)
+            try:
+                answers.append(await self.upstream.post_json(url, body))
+            except UpstreamStatusError as err:
+                if err.status == 400:
+                    raise RefusedError(err.reason) from None
+                errors.items.append(str(err))
+            except UpstreamError as err:
+                errors.items.append(str(err))
+        return answers, errors
 
 
 def _topic_names(stats: object) -> list[str]:

@@ -6,7 +6,10 @@ and codes; most carry ``"message"``: "" or ``WARNING: ...`` when some upstreams 
 a query that reached no upstream at all is 502 ``UPSTREAM_ERROR: ...``. Mutating routes are
 403 ``FORBIDDEN`` unless the ACL header names an ``--admin-user`` (when any is set), and each
 action is posted to ``--notification-http-endpoint``. nsqpy adds ``/api/history``,
-``/api/history/topics`` and ``/api/alerts`` (the sampler's data).
+``/api/history/topics``, ``/api/alerts`` and ``/api/dead_letter_topics`` (the sampler's
+data), and the ``redrive`` and ``config`` actions on nsqd's dead letters (see actions.py):
+their answers carry ``"redriven"`` (the letters moved back, summed over the nodes), and an
+nsqd's 400 (``INVALID_MESSAGE_TTL: ...``) is answered as that 400, not as a warning.
 """
 
 from __future__ import annotations
@@ -29,12 +32,17 @@ from nsqpy._internal.http_api import (
 )
 from nsqpy._internal.logs import parse_level
 from nsqpy.nsqadmin import actions, aggregate, graphite, pages
-from nsqpy.nsqadmin.cluster import ClusterError, ClusterInfo, Errors
+from nsqpy.nsqadmin.cluster import ClusterError, ClusterInfo, Errors, RefusedError
 from nsqpy.nsqadmin.notify import admin_action
 from nsqpy.nsqadmin.options import config_value, normalize_base_path, parse_cidr
 from nsqpy.nsqadmin.producers import search
 from nsqpy.nsqadmin.sampler import Sampler
-from nsqpy.nsqadmin.wire import compress_middleware, decode_body, remote_ip_allowed
+from nsqpy.nsqadmin.wire import (
+    compress_middleware,
+    decode_action,
+    decode_body,
+    remote_ip_allowed,
+)
 from nsqpy.protocol.names import is_valid_name
 
 if TYPE_CHECKING:
@@ -127,6 +135,7 @@ class AdminHttpApi:
         r.v1("GET", bp("/api/history"), self.history)
         r.v1("GET", bp("/api/history/topics"), self.history_topics)
         r.v1("GET", bp("/api/alerts"), self.alerts)
+        r.v1("GET", bp("/api/dead_letter_topics"), self.dead_letter_topics)
         r.v1("GET", bp("/config/:opt"), self.config)
         r.v1("PUT", bp("/config/:opt"), self.config)
 
@@ -330,6 +339,9 @@ class AdminHttpApi:
     async def alerts(self, request: web.Request, params: Params) -> object:
         return {"alerts": self.sampler.all_alerts(), "message": self.sampler.message}
 
+    async def dead_letter_topics(self, request: web.Request, params: Params) -> object:
+        return {"topics": self.sampler.dead_letters, "message": self.sampler.message}
+
     # -- actions ------------------------------------------------------------------------------
     async def tombstone_node_for_topic(self, request: web.Request, params: Params) -> object:
         self._require_admin(request)
@@ -401,24 +413,56 @@ class AdminHttpApi:
 
     async def _topic_channel_action(self, request: web.Request, topic: str, channel: str) -> object:
         self._require_admin(request)
-        action = (await self._body(request, ("action",), None))["action"]
-        if action not in actions.ACTIONS:
-            raise ApiError(400, "INVALID_ACTION")
-        failure: ClusterError | None = None
-        try:
-            errors = await actions.topic_channel_action(
-                self.ci, action, topic, channel, self._lookupds, self._nsqds
+        action, rest = await self._action_body(request)
+        lookupds, nsqds, ci = self._lookupds, self._nsqds, self.ci
+        outcome: dict[str, object] = {}
+        if action in actions.ACTIONS:
+            call = actions.topic_channel_action(ci, action, topic, channel, lookupds, nsqds)
+            errors = await self._fan_out(request, action, topic, channel, call)
+        elif action == "redrive":
+            moved = actions.redrive(ci, topic, channel, lookupds, nsqds)
+            outcome["redriven"], errors = await self._fan_out(
+                request, action, topic, channel, moved
             )
-        except ClusterError as err:
-            failure = err
-        # Go notifies before it looks at the outcome
-        self._notify(request, actions.notification_name(action, channel), topic, channel)
-        if failure is not None:
-            log.error("failed to %s topic/channel - %s", action, failure)
-            raise ApiError(502, f"UPSTREAM_ERROR: {failure}")
+        elif action == "config":
+            body = self._settings_body(rest)
+            call = actions.configure(ci, topic, channel, body, lookupds, nsqds)
+            errors = await self._fan_out(request, action, topic, channel, call)
+        else:
+            raise ApiError(400, "INVALID_ACTION")
         warnings = Warnings()
         warnings.add(errors)
-        return {"message": warnings.text()}
+        return {**outcome, "message": warnings.text()}
+
+    @staticmethod
+    async def _action_body(request: web.Request) -> tuple[str, dict[str, object]]:
+        raw = await read_limited(request, _BODY_READ_MAX)
+        try:
+            return decode_action(raw)
+        except ValueError as err:
+            raise ApiError(400, str(err)) from None
+
+    @staticmethod
+    def _settings_body(settings: dict[str, object]) -> bytes:
+        try:
+            return actions.settings_body(settings)
+        except ValueError as err:
+            raise ApiError(400, f"INVALID_BODY: {err}") from None
+
+    async def _fan_out(
+        self, request: web.Request, action: str, topic: str, channel: str, call: Awaitable[T]
+    ) -> T:
+        """Await an action's fan-out and notify (Go notifies before it looks at the outcome);
+        no producer found is 502 UPSTREAM_ERROR, an nsqd's refusal its own 400."""
+        try:
+            return await call
+        except RefusedError as err:
+            raise ApiError(400, str(err)) from None
+        except ClusterError as err:
+            log.error("failed to %s topic/channel - %s", action, err)
+            raise ApiError(502, f"UPSTREAM_ERROR: {err}") from None
+        finally:
+            self._notify(request, actions.notification_name(action, channel), topic, channel)
 
     # -- runtime options ----------------------------------------------------------------------
     async def config(self, request: web.Request, params: Params) -> object:

@@ -4,14 +4,16 @@ One task. Each round finds the nodes (lookupd ``/nodes``, or the ``--nsqd-http-a
 named by their ``/info`` as the API names them), GETs every node's
 ``/stats?format=json&include_clients=false&include_mem=false`` concurrently, records the round
 in ``History`` and keeps each node's ``"alerts"`` list (issue 10's backlog alerts; absent key:
-none). A round's failures become the ``WARNING: ...`` of ``/api/history`` and ``/api/alerts``.
+none) and the dead-letter topics its channels name (nsqpy's ``dead_letter_topic`` field: what
+``/api/dead_letter_topics`` lists, so the UI knows a dead-letter topic by more than its name).
+A round's failures become the ``WARNING: ...`` of ``/api/history`` and ``/api/alerts``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from nsqpy.nsqadmin.cluster import ClusterError, ClusterInfo, Errors
@@ -75,6 +77,31 @@ def parse_alerts(node: str, stats: Mapping[str, Any]) -> list[dict[str, object]]
     return alerts
 
 
+def _channels(stats: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(topic name, channel) for every channel of one node's /stats."""
+    topics = stats.get("topics")
+    for topic in topics if isinstance(topics, list) else ():
+        channels = topic.get("channels") if isinstance(topic, Mapping) else None
+        for channel in channels if isinstance(channels, list) else ():
+            if isinstance(channel, Mapping):
+                yield _text(topic, "topic_name"), channel
+
+
+def dead_letter_origins(
+    rounds: Mapping[str, Mapping[str, Any] | None],
+) -> dict[str, list[dict[str, str]]]:
+    """Every dead-letter topic a channel names in one round, with the channels naming it
+    (sorted). A node that did not answer this round contributes nothing."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    for stats in rounds.values():
+        for topic, channel in _channels(stats or {}):
+            if target := _text(channel, "dead_letter_topic"):
+                found.setdefault(target, set()).add((topic, _text(channel, "channel_name")))
+    return {
+        name: [{"topic": t, "channel": c} for t, c in sorted(found[name])] for name in sorted(found)
+    }
+
+
 def warning(errors: Errors) -> str:
     """nsqadmin's maybeWarnMsg for one list of errors."""
     return f"WARNING: {errors.text()}" if errors else ""
@@ -90,6 +117,7 @@ class Sampler:
         self.clock = clock
         self.history = History(history_capacity(opts))
         self.alerts: dict[str, list[dict[str, object]]] = {}
+        self.dead_letters: dict[str, list[dict[str, str]]] = {}
         self.message = ""
         self.rounds = 0  # completed rounds, failed ones included
         self._names: dict[str, str] = {}  # --nsqd-http-address -> node name from /info
@@ -146,6 +174,7 @@ class Sampler:
         self.alerts = {
             node: parse_alerts(node, stats) for node, stats in rounds.items() if stats is not None
         }
+        self.dead_letters = dead_letter_origins(rounds)
         self.message = warning(errors)
         self.rounds += 1
 

@@ -23,10 +23,30 @@ from nsqpy._internal.gostrconv import go_quote
 from nsqpy.tools.clusterinfo import ACCEPT_V1
 
 _NS: Final = 1_000_000_000
+_JSON: Final = "application/json"
 
 
 class UpstreamError(Exception):
     """One failed request to an upstream; the message is Go's error text."""
+
+
+class UpstreamStatusError(UpstreamError):
+    """The upstream answered, with a status other than 200; ``reason`` is the V1 body's
+    ``message`` (nsqd's ``CODE: why``), or the body's text when it has none."""
+
+    def __init__(self, text: str, status: int, reason: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.reason = reason
+
+
+def _v1_message(text: str) -> str:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return text
+    message = doc.get("message") if isinstance(doc, dict) else None
+    return message if isinstance(message, str) else text
 
 
 def _https_endpoint(url: str, body: bytes) -> str | None:
@@ -103,6 +123,16 @@ class Upstream:
         """POST with no body, expecting a 200. Raises UpstreamError."""
         await self._request("POST", url)
 
+    async def post_json(self, url: str, body: bytes | None = None) -> object:
+        """POST (``body``: a JSON document) and parse the answer; None for an empty one.
+        Raises UpstreamError (UpstreamStatusError for a non-200 answer)."""
+        answer = await self._request("POST", url, body)
+        try:
+            doc: object = json.loads(answer) if answer else None
+        except ValueError as err:
+            raise UpstreamError(str(err)) from None
+        return doc
+
     async def get_raw(
         self, url: str, headers: dict[str, str] | None = None
     ) -> tuple[int, str, bytes]:
@@ -113,11 +143,12 @@ class Upstream:
         except (aiohttp.ClientError, TimeoutError) as err:
             raise UpstreamError(f"Get {go_quote(url)}: {_transport_reason(err)}") from None
 
-    async def _request(self, method: str, url: str) -> bytes:
+    async def _request(self, method: str, url: str, data: bytes | None = None) -> bytes:
         verb = method.capitalize()
+        headers = ACCEPT_V1 if data is None else {**ACCEPT_V1, "Content-Type": _JSON}
         for _attempt in range(2):
             try:
-                async with self.session.request(method, url, headers=ACCEPT_V1) as resp:
+                async with self.session.request(method, url, headers=headers, data=data) as resp:
                     body = await resp.read()
                     status, reason = resp.status, resp.reason or ""
             except (aiohttp.ClientError, TimeoutError) as err:
@@ -130,5 +161,6 @@ class Upstream:
                     url = https
                     continue
             text = body.decode("utf-8", errors="replace")
-            raise UpstreamError(f"got response {status} {reason} {go_quote(text)}")
+            message = f"got response {status} {reason} {go_quote(text)}"
+            raise UpstreamStatusError(message, status, _v1_message(text))
         raise UpstreamError(f"{verb} {go_quote(url)}: stopped after 1 redirect")

@@ -5,7 +5,8 @@
   response, errors included, with ``Vary: Accept-Encoding``.
 * ``decode_body``: Go's ``json.NewDecoder(body).Decode(&struct{...string fields})`` with its
   error texts (``EOF``, ``unexpected EOF``, ``invalid character ...``, ``json: cannot
-  unmarshal ...``), which nsqadmin returns as the 400 message.
+  unmarshal ...``), which nsqadmin returns as the 400 message; ``decode_action`` reads an
+  action body the same way and keeps its other keys (nsqpy's ``config`` action's settings).
 * ``remote_ip_allowed``: the ``--allow-config-from-cidr`` test on ``host:port``.
 """
 
@@ -63,12 +64,8 @@ def _go_char(ch: str) -> str:
     return "'" + json.dumps(ch)[1:-1] + "'"
 
 
-def decode_body(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
-    """The string ``fields`` of the first JSON value in ``raw``; ValueError with Go's text.
-
-    Keys match case-insensitively (an exact match wins), unknown keys are ignored, a null
-    leaves a field empty, and anything after the first value is not read.
-    """
+def _first_value(raw: bytes) -> object:
+    """The first JSON value in ``raw``; ValueError with Go's decoder text."""
     text = raw.decode("utf-8", "replace").lstrip(" \t\r\n")
     if not text:
         raise ValueError("EOF")
@@ -80,6 +77,10 @@ def decode_body(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
         raise ValueError(
             f"invalid character {_go_char(text[err.pos])} looking for beginning of value"
         ) from None
+    return value
+
+
+def _string_fields(value: object, fields: tuple[str, ...]) -> dict[str, str]:
     out = dict.fromkeys(fields, "")
     if value is None:
         return out
@@ -98,6 +99,26 @@ def decode_body(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
             )
         out[name] = item
     return out
+
+
+def decode_body(raw: bytes, fields: tuple[str, ...]) -> dict[str, str]:
+    """The string ``fields`` of the first JSON value in ``raw``; ValueError with Go's text.
+
+    Keys match case-insensitively (an exact match wins), unknown keys are ignored, a null
+    leaves a field empty, and anything after the first value is not read.
+    """
+    return _string_fields(_first_value(raw), fields)
+
+
+def decode_action(raw: bytes) -> tuple[str, dict[str, object]]:
+    """An action body: ``action`` as ``decode_body`` reads it, and the body's other keys with
+    their JSON values as sent (nsqpy's ``config`` action carries its settings there; a null
+    must stay distinguishable from a missing key, so they are not narrowed to strings)."""
+    value = _first_value(raw)
+    action = _string_fields(value, ("action",))["action"]
+    if not isinstance(value, dict):
+        return action, {}
+    return action, {k: v for k, v in value.items() if k.lower() != "action"}
 
 
 def remote_ip_allowed(remote: str, network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:

@@ -408,24 +408,26 @@
   PAGES.topic = {
     title: ([topic]) => topic,
     async load([topic]) {
-      const [stats, hist] = await Promise.all([
+      const [stats, hist, letters] = await Promise.all([
         api('GET', topicPath(topic)).catch(notFoundAs(null)),
         fetchHistory({ topic }),
+        api('GET', 'dead_letter_topics').catch(() => null),
       ]);
       // the topic's own depth is ~0 once channels drain it: chart each channel's depth too
       const names = ((stats && stats.channels) || []).map((c) => c.channel_name).slice(0, CHART_CHANNELS);
       const chans = await Promise.all(names.map(async (name) => ({ name, hist: await fetchHistory({ topic, channel: name }) })));
-      return { message: stats ? stats.message : '', stats, hist, chans };
+      return { message: stats ? stats.message : '', stats, hist, chans, origins: originsOf(letters, topic) };
     },
     render(d, [topic]) {
       const s = d.stats;
       const head = html`${crumbs([['Topics', 'topics'], [topic, null]])}
         <div class="page-head"><h1><span class="kind">Topic</span> ${topic}${paused(s && s.paused)}</h1>
         <div class="actions">${s && (s.nodes || []).length ? [
+          d.origins ? button('topic-redrive', 'Redrive all to their channels', 'primary', { topic }) : '',
           button(s.paused ? 'topic-unpause' : 'topic-pause', s.paused ? 'UnPause Topic' : 'Pause Topic', s.paused ? 'ok' : 'primary', { topic }),
           button('topic-empty', 'Empty Queue', 'warn', { topic }),
           button('topic-delete', 'Delete Topic', 'danger', { topic }),
-        ] : ''}</div></div>`;
+        ] : ''}</div></div>${d.origins ? deadLetterNote(d.origins) : ''}`;
       const charts = html`<section class="charts">
         ${chart('chart-rate', 'Message rate', [{ label: 'published', key: 'rate', points: pointsOf(d.hist) }], rate)}
         ${chart('chart-depth', 'Depth', [{ label: 'topic', key: 'depth', points: pointsOf(d.hist) },
@@ -460,23 +462,49 @@
       return html`<h2>Channel Message Queues</h2>${notice('Notice', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')}`;
     }
     const qs = quantilesOf(s.e2e_processing_latency);
-    const e2e = e2eHead(qs, 9);
+    const dl = reportsLetters(chans);
+    const e2e = e2eHead(qs, channelSpan(dl));
     return html`<h2>Channel Message Queues</h2>
-      <table class="grid" id="channels"><thead>${e2e.top}<tr>${channelCols('Channel')}${e2e.cols}</tr></thead>
+      <table class="grid" id="channels"><thead>${e2e.top}<tr>${channelCols('Channel', dl)}${e2e.cols}</tr></thead>
       <tbody>${chans.map((c) => html`<tr data-channel="${c.channel_name}">
         <td><a href="${link(channelPath(topic, c.channel_name))}">${c.channel_name}</a>${paused(c.paused)}</td>
-        ${channelCells(c)}${e2eCells(qs, c.e2e_processing_latency)}</tr>`)}</tbody></table>`;
+        ${channelCells(c, dl)}${e2eCells(qs, c.e2e_processing_latency)}</tr>`)}</tbody></table>`;
   }
 
-  const channelCols = (first) => html`<th>${first}</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
-    <th class="num">In-Flight</th><th class="num">Deferred</th><th class="num">Requeued</th><th class="num">Timed Out</th>
-    <th class="num">Messages</th><th class="num">Connections</th>`;
+  // nsqpy's nsqd adds dead-letter keys to a channel only when it has a policy (or once
+  // diverted a message), so the columns appear only when some row carries them; a row
+  // without them (a node without the feature) shows dashes.
+  const reportsLetters = (rows) => (rows || []).some((c) => c && isNum(c.dead_letter_count));
+  const channelSpan = (dl) => (dl ? 11 : 9);
 
-  const channelCells = (c) => html`<td class="num depth">${num(c.depth)}</td>
+  const channelCols = (first, dl) => html`<th>${first}</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
+    <th class="num">In-Flight</th><th class="num">Deferred</th><th class="num">Requeued</th><th class="num">Timed Out</th>
+    <th class="num">Messages</th><th class="num">Connections</th>${dl ? html`<th class="num">Dead-lettered</th><th class="num">Expired</th>` : ''}`;
+
+  const channelCells = (c, dl) => html`<td class="num depth">${num(c.depth)}</td>
     <td class="num">${num(c.memory_depth)} + ${num(c.backend_depth)}</td>
     <td class="num in-flight">${num(c.in_flight_count)}</td><td class="num">${num(c.deferred_count)}</td>
     <td class="num">${num(c.requeue_count)}</td><td class="num">${num(c.timeout_count)}</td>
-    <td class="num messages">${num(c.message_count)}</td><td class="num connections">${num(clientCount(c))}</td>`;
+    <td class="num messages">${num(c.message_count)}</td><td class="num connections">${num(clientCount(c))}</td>
+    ${dl ? html`<td class="num dead-lettered">${num(c.dead_letter_count)}</td><td class="num expired">${num(c.expired_count)}</td>` : ''}`;
+
+  // A topic is taken for a dead-letter topic when some channel in the cluster names it (the
+  // sampler's last round, /api/dead_letter_topics) or, failing that, when its name ends in
+  // nsqd's default suffix ".dead". Returns the channels naming it ([] for the name alone), or
+  // null for an ordinary topic.
+  function originsOf(letters, topic) {
+    const all = letters && letters.topics && typeof letters.topics === 'object' ? letters.topics : {};
+    const named = Object.prototype.hasOwnProperty.call(all, topic) && Array.isArray(all[topic]) ? all[topic] : [];
+    return named.length || topic.endsWith('.dead') ? named : null;
+  }
+
+  function deadLetterNote(origins) {
+    const list = origins.length
+      ? html`of ${origins.map((o, i) => html`${i ? ', ' : ''}<a href="${link(channelPath(o.topic, o.channel))}">${o.topic}/${o.channel}</a>`)}`
+      : '(by its name)';
+    return html`<p class="dl-note" id="dead-letter-of"><span class="tag tag-dead">dead letters</span> Dead-letter topic ${list}.
+      Redrive moves each letter back to the channel it came from.</p>`;
+  }
 
   PAGES.channel = {
     title: ([topic, channel]) => `${topic} / ${channel}`,
@@ -505,15 +533,90 @@
         return html`${head}${charts}${notice('Notice', html`No producers exist for this topic/channel. See <a href="${link('lookup')}">Lookup</a> for more information.`)}`;
       }
       const qs = quantilesOf(s.e2e_processing_latency);
-      const e2e = e2eHead(qs, 9);
+      const dl = reportsLetters(s.nodes);
+      const e2e = e2eHead(qs, channelSpan(dl));
       const row = (n, total) => html`<tr class="${total ? 'total' : 'node'}" data-node="${total ? '' : n.node}"><td>${total ? 'Total:' : html`${nodeLink(n.node, n.hostname)}${paused(n.paused)}`}</td>
-        ${channelCells(n)}${e2eCells(qs, n.e2e_processing_latency)}</tr>`;
+        ${channelCells(n, dl)}${e2eCells(qs, n.e2e_processing_latency)}</tr>`;
       return html`${head}${charts}<h2>Channel Message Queues</h2>
-        <table class="grid" id="channel-nodes"><thead>${e2e.top}<tr>${channelCols('NSQd Host')}${e2e.cols}</tr></thead>
+        <table class="grid" id="channel-nodes"><thead>${e2e.top}<tr>${channelCols('NSQd Host', dl)}${e2e.cols}</tr></thead>
         <tbody>${(s.nodes || []).map((n) => row(n, false))}${row(s, true)}</tbody></table>
+        ${policySection(s, topic, channel)}
         <h2>Client Connections</h2>${clientsTable(s.clients || [], true)}`;
     },
   };
+
+  // ---------------------------------------------------------------- dead letters and TTL
+  const attemptsText = (v) => (v === 0 ? 'off' : num(v));
+  const ttlText = (v) => (!v || v === '0s' ? 'off' : String(v));
+  const settingsOf = (c) => JSON.stringify([c.max_attempts, c.message_ttl, c.dead_letter_topic]);
+
+  // The channel's policy (when a node reports one) and, for admins, the form that sets it.
+  function policySection(s, topic, channel) {
+    const has = isNum(s.dead_letter_count);
+    if (!has && !IS_ADMIN) return '';
+    const dlt = has ? s.dead_letter_topic : '';
+    const reporting = (s.nodes || []).filter((n) => isNum(n.dead_letter_count));
+    const differs = new Set(reporting.map(settingsOf)).size > 1;
+    const facts = has ? html`<dl class="facts" id="policy">
+        <div><dt>Max attempts</dt><dd class="max-attempts">${attemptsText(s.max_attempts)}</dd></div>
+        <div><dt>Message TTL</dt><dd class="ttl">${ttlText(s.message_ttl)}</dd></div>
+        <div><dt>Dead-letter topic</dt><dd class="dead-letter-topic">${dlt ? html`<a href="${link(topicPath(dlt))}">${dlt}</a>` : html`<span class="muted">none: expired messages are dropped</span>`}</dd></div>
+        <div><dt>Dead-lettered</dt><dd class="dead-lettered">${num(s.dead_letter_count)}</dd></div>
+        <div><dt>Expired</dt><dd class="expired">${num(s.expired_count)}</dd></div></dl>
+      ${differs ? html`<div class="differs" id="policy-differs"><span class="tag tag-warn">settings differ across nodes</span> shown above: the first node's.
+        <ul>${reporting.map((n) => html`<li data-node="${n.node}">${n.node}: max attempts ${attemptsText(n.max_attempts)}, TTL ${ttlText(n.message_ttl)}, dead-letter topic ${n.dead_letter_topic || 'none'}</li>`)}</ul></div>` : ''}
+      ${dlt ? html`<p>${button('channel-redrive', 'Redrive dead letters', 'primary', { topic, channel, dlt })}</p>` : ''}`
+      : html`<p class="muted">No dead-letter or TTL policy applies to this channel.</p>`;
+    return html`<h2>Dead Letters &amp; TTL</h2><div class="columns policy"><div>${facts}</div><div>${IS_ADMIN ? policyForm(s, topic, channel) : ''}</div></div>`;
+  }
+
+  function policyForm(s, topic, channel) {
+    const now = (v, text, none) => 'now ' + (v === undefined ? none : text(v)); // no keys: no policy
+    return html`<form class="create" data-form="policy" data-topic="${topic}" data-channel="${channel}">
+      <h2>Set Policy</h2>
+      <p class="muted">Applied on every node. Empty fields stay as they are; nsqd checks the values.</p>
+      <label>Max attempts <input type="text" inputmode="numeric" name="max_attempts" autocomplete="off" placeholder="0 to 65535, 0 = off (${now(s.max_attempts, attemptsText, 'off')})"></label>
+      <label>Message TTL <input type="text" name="message_ttl" autocomplete="off" placeholder="e.g. 90s or 1h30m, 0s = off (${now(s.message_ttl, ttlText, 'off')})"></label>
+      <label>Dead-letter topic <input type="text" name="dead_letter_topic" maxlength="64" autocomplete="off" placeholder="a topic name (${now(s.dead_letter_topic, (v) => v || 'none', 'none')})"></label>
+      <button type="submit" class="btn btn-primary">Apply</button>
+      ${button('channel-policy-reset', 'Reset to inherited', 'warn', { topic, channel })}</form>`;
+  }
+
+  // The form's filled-in fields as the config action's keys: a whole number goes as a number,
+  // anything else as typed, so nsqd judges it and its error text reaches the user.
+  function policySettings(form) {
+    const settings = {};
+    for (const key of ['max_attempts', 'message_ttl', 'dead_letter_topic']) {
+      const value = form.elements[key].value.trim();
+      if (!value) continue;
+      settings[key] = key === 'max_attempts' && /^\d+$/.test(value) ? Number(value) : value;
+    }
+    return settings;
+  }
+
+  async function policyFromForm(form) {
+    const d = { topic: form.dataset.topic, channel: form.dataset.channel };
+    const settings = policySettings(form);
+    const what = `the dead-letter policy of ${C(d)}`;
+    const keys = Object.entries(settings).map(([k, v]) => `${k} ${JSON.stringify(v)}`);
+    if (!keys.length) {
+      flash(`Could not update ${what}: fill in at least one field`, true);
+      return;
+    }
+    if (!window.confirm(`Set ${keys.join(', ')} for ${C(d)} on every node?`)) return;
+    const submit = form.querySelector('button[type=submit]');
+    submit.disabled = true;
+    try {
+      await api('POST', channelPath(d.topic, d.channel), { action: 'config', ...settings });
+      flash(`Updated ${what}: ${keys.join(', ')}`, false);
+      form.reset();
+      await refresh();
+    } catch (err) {
+      flash(`Could not update ${what}: ${err.message}`, true);
+    } finally {
+      submit.disabled = false;
+    }
+  }
 
   function clientHost(c) {
     const host = c.hostname || c.client_id || '';
@@ -611,12 +714,17 @@
       return html`${head}${charts}${topics.map((t) => html`<section class="node-topic" data-topic="${t.topic_name}">
         <h2>${button('tombstone', '✘', 'link', { topic: t.topic_name, node }, `Tombstone ${t.topic_name} on ${node}`)} <a href="${link(topicPath(t.topic_name))}">${t.topic_name}</a>${paused(t.paused)}
         <span class="h-stats">depth <b>${num(t.depth)}</b> · memory + disk <b>${num(t.memory_depth)} + ${num(t.backend_depth)}</b> · messages <b>${num(t.message_count)}</b> · channels <b>${num((t.channels || []).length)}</b></span></h2>
-        ${(t.channels || []).length ? html`<table class="grid"><thead><tr>${channelCols('Channel')}</tr></thead><tbody>
-          ${t.channels.map((c) => html`<tr><td><a href="${link(channelPath(t.topic_name, c.channel_name))}">${c.channel_name}</a>${paused(c.paused)}</td>${channelCells(c)}</tr>
-          ${(c.clients || []).length ? html`<tr class="sub"><td colspan="9">${clientsTable(c.clients, false)}</td></tr>` : ''}`)}
-        </tbody></table>` : notice('Notice', 'No channels exist for this topic.')}</section>`)}`;
+        ${(t.channels || []).length ? nodeChannels(t) : notice('Notice', 'No channels exist for this topic.')}</section>`)}`;
     },
   };
+
+  function nodeChannels(t) {
+    const dl = reportsLetters(t.channels);
+    return html`<table class="grid"><thead><tr>${channelCols('Channel', dl)}</tr></thead><tbody>
+      ${t.channels.map((c) => html`<tr><td><a href="${link(channelPath(t.topic_name, c.channel_name))}">${c.channel_name}</a>${paused(c.paused)}</td>${channelCells(c, dl)}</tr>
+      ${(c.clients || []).length ? html`<tr class="sub"><td colspan="${channelSpan(dl)}">${clientsTable(c.clients, false)}</td></tr>` : ''}`)}
+    </tbody></table>`;
+  }
 
   PAGES.counter = {
     title: () => 'Counter',
@@ -715,6 +823,8 @@
   const onChannel = (action) => (d) => ({ method: 'POST', path: channelPath(d.topic, d.channel), body: { action } });
   const delTopic = (d) => ({ method: 'DELETE', path: topicPath(d.topic) });
   const delChannel = (d) => ({ method: 'DELETE', path: channelPath(d.topic, d.channel) });
+  const plural = (n, one) => `${num(n)} ${one}${n === 1 ? '' : 's'}`;
+  const CLEAR = { max_attempts: null, message_ttl: null, dead_letter_topic: null }; // null: inherit
 
   const ACTIONS = {
     'topic-pause': { verb: 'pause', past: 'Paused', what: T, req: onTopic('pause'), note: 'on every node' },
@@ -731,19 +841,33 @@
     },
     'lookup-topic-delete': { verb: 'delete', past: 'Deleted', what: T, req: delTopic },
     'lookup-channel-delete': { verb: 'delete', past: 'Deleted', what: C, req: delChannel },
+    // nsqpy's dead letters; done: the outcome banner's text from the answer
+    'channel-redrive': {
+      verb: 'redrive', what: (d) => `the dead letters of ${C(d)}`, note: (d) => `from dead-letter topic "${d.dlt}" back into the channel`,
+      req: onChannel('redrive'), done: (d, r) => `Redrove ${plural(r.redriven, 'message')} from topic "${d.dlt}" into ${C(d)}`,
+    },
+    'topic-redrive': {
+      verb: 'redrive', what: (d) => `every dead letter in ${T(d)}`, note: 'back to the channel it came from',
+      req: onTopic('redrive'), done: (d, r) => `Redrove ${plural(r.redriven, 'message')} from ${T(d)} back to their channels`,
+    },
+    'channel-policy-reset': {
+      verb: 'reset', past: 'Reset', what: (d) => `the dead-letter policy of ${C(d)}`, note: "to the topic's and the node's defaults",
+      req: (d) => ({ method: 'POST', path: channelPath(d.topic, d.channel), body: { action: 'config', ...CLEAR } }),
+    },
   };
 
   async function runAction(name, data, control) {
     const spec = ACTIONS[name];
     if (!spec) return;
     const what = spec.what(data);
-    if (!window.confirm(`Are you sure you want to ${spec.verb} ${what}${spec.note ? ' ' + spec.note : ''}?`)) return;
+    const note = typeof spec.note === 'function' ? spec.note(data) : spec.note;
+    if (!window.confirm(`Are you sure you want to ${spec.verb} ${what}${note ? ' ' + note : ''}?`)) return;
     const { method, path, body } = spec.req(data);
     if (control) control.disabled = true;
     try {
-      await api(method, path, body);
+      const answer = await api(method, path, body);
       if (spec.then) spec.then(data); else await refresh();
-      flash(`${spec.past} ${what}`, false);
+      flash(spec.done ? spec.done(data, answer) : `${spec.past} ${what}`, false);
     } catch (err) {
       flash(`Could not ${spec.verb} ${what}: ${err.message}`, true);
     } finally {
@@ -940,10 +1064,10 @@
   });
 
   document.addEventListener('submit', (ev) => {
-    const form = ev.target.closest('form[data-form="create"]');
+    const form = ev.target.closest('form[data-form]');
     if (!form) return;
     ev.preventDefault();
-    createFromForm(form);
+    if (form.dataset.form === 'policy') policyFromForm(form); else createFromForm(form);
   });
 
   document.addEventListener('input', (ev) => {
