@@ -353,6 +353,25 @@ async def test_topic_redrive_and_nothing_to_redrive(
     assert (await channel_stats(api, "t", "a"))["depth"] == 1
 
 
+async def test_a_redrive_goes_on_when_its_caller_gives_up(
+    nsqd: NSQD, session: aiohttp.ClientSession
+) -> None:
+    api = http(session, nsqd)
+    await make_channel(api, "t", "a", max_attempts=1)
+    await dead_letter(nsqd, api, "t", "a", [b"m%d" % i for i in range(2500)])  # > one batch
+    await wait_for_letters(api, "t.dead", 2500)
+    caller = asyncio.create_task(nsqd.redrive("t.dead", "t:a"))
+    await asyncio.sleep(0)  # the caller starts the redrive and waits for it...
+    caller.cancel()  # ...then gives up, as an HTTP client timing out would
+
+    async def all_back() -> bool:
+        return await topic_depth(api, "t.dead") == 0
+
+    await eventually(all_back)
+    assert (await channel_stats(api, "t", "a"))["depth"] == 2500
+    assert caller.cancelled()
+
+
 async def test_durable_redrive_answers_after_the_commit(
     nsqd_factory: NsqdFactory, session: aiohttp.ClientSession
 ) -> None:

@@ -88,7 +88,8 @@ class NSQD:
         )
         self.broker.listeners.append(self._on_change)
         self.broker.on_dead_letters = self._schedule_dead_letters
-        self._redrives: dict[str, asyncio.Lock] = {}
+        self._redrive_locks: dict[str, asyncio.Lock] = {}
+        self._redrives_running: set[asyncio.Task[Redrive | None]] = set()
         if opts.e2e_processing_latency_percentiles:
             self.broker.listeners.append(self._track_e2e)
         self._statsd: StatsdPusher | None = None
@@ -338,11 +339,19 @@ class NSQD:
         """Move the dead letters of ``topic_name`` back to their channels (only those of
         ``origin``, ``"topic:channel"``, if given); None when there is no such topic.
 
-        One redrive of a topic runs at a time; each batch is a loop iteration of its own. In
-        durable mode it returns once the moves are committed. Raises BrokerError when a disk
-        write fails and OSError when the commit does.
+        One redrive of a topic runs at a time; each batch is a loop iteration of its own. It
+        runs as a task of its own, so a caller that gives up (an HTTP client timing out on a
+        large backlog) does not stop it half-way. In durable mode it returns once the moves
+        are committed. Raises BrokerError when a disk write fails and OSError when the commit
+        does.
         """
-        lock = self._redrives.setdefault(topic_name, asyncio.Lock())
+        task = self.loop.create_task(self._redrive(topic_name, origin))
+        self._redrives_running.add(task)
+        task.add_done_callback(self._redrives_running.discard)
+        return await asyncio.shield(task)
+
+    async def _redrive(self, topic_name: str, origin: str | None) -> Redrive | None:
+        lock = self._redrive_locks.setdefault(topic_name, asyncio.Lock())
         async with lock:
             topic = self.broker.topics.get(topic_name)
             if topic is None:
@@ -498,6 +507,8 @@ class NSQD:
             log.info("NSQ: bye")
 
     async def _shutdown(self) -> None:
+        for redrive in list(self._redrives_running):
+            redrive.cancel()  # between two batches: what moved is moved, the rest stays
         if self._scan_timer is not None:
             self._scan_timer.cancel()
         if self._alert_timer is not None:
