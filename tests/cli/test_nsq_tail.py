@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 from conftest import NsqdFactory
+from v2client import RawV2
 
 from cli.conftest import (
     Tool,
@@ -15,11 +16,13 @@ from cli.conftest import (
     eventually,
     fatal_line,
     get_json,
+    http,
     publish,
     run_tool,
     tcp,
     topic_stats,
 )
+from nsqpy.client import NsqdHTTPClient
 from nsqpy.nsqd.app import NSQD
 from nsqpy.nsqlookupd.app import NSQLookupd
 
@@ -112,6 +115,29 @@ async def test_finds_nsqd_through_lookupd(nsqd_factory: NsqdFactory, lookupd: NS
     assert result.out == b"via lookupd\n"
     stats = await topic_stats(nsqd, "found")
     assert stats is not None and stats["message_count"] == 1
+
+
+async def test_tails_a_dead_letter_topic(nsqd: NSQD) -> None:
+    async with NsqdHTTPClient(http(nsqd)) as client:
+        await client.create_channel("jobs", "worker")
+        await client.set_channel_config("jobs", "worker", max_attempts=1)
+    await publish(nsqd, "jobs", b"poison pill")
+    conn = await RawV2.connect(nsqd.tcp_port)
+    await conn.sub("jobs", "worker", rdy=1)
+    msg = await conn.message()
+    conn.cmd(f"REQ {msg.id.decode()} 0")  # its second delivery would exceed max_attempts
+    # the letter is moved at the end of a loop iteration: poll for it
+    await eventually(
+        lambda: topic_stats(nsqd, "jobs.dead"), lambda s: s is not None and s["depth"] == 1
+    )
+    await conn.close()
+    result = await run_tool(
+        "nsq_tail", "--topic=jobs.dead", f"--nsqd-tcp-address={tcp(nsqd)}", "--n=1"
+    )
+    assert result.code == 0, result.err
+    assert result.out == b"poison pill\n"
+    stats = await channel_stats(nsqd, "jobs", "worker")
+    assert stats is not None and stats["dead_letter_count"] == 1 and stats["depth"] == 0
 
 
 async def check_fatal(message: str, *args: str) -> None:

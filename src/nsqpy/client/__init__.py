@@ -15,6 +15,7 @@
 
 from nsqpy.client.config import Config
 from nsqpy.client.consumer import Consumer
+from nsqpy.client.dead_letters import EffectiveConfig, QueueConfig, RedriveResult
 from nsqpy.client.errors import (
     AuthError,
     ConnectionClosedError,
@@ -34,6 +35,7 @@ __all__ = [
     "Config",
     "ConnectionClosedError",
     "Consumer",
+    "EffectiveConfig",
     "HTTPError",
     "InvalidError",
     "Message",
@@ -43,5 +45,7 @@ __all__ = [
     "Producer",
     "ProtocolError",
     "PublishError",
+    "QueueConfig",
+    "RedriveResult",
     "ServerError",
 ]

@@ -1,7 +1,8 @@
 """A blocking facade for scripts and Spark executors, over the same asyncio implementation.
 
 One background thread runs an event loop; every call is submitted to it and waited for. No
-second copy of the protocol logic exists: ``Producer`` and ``Consumer`` here only forward.
+second copy of the protocol logic exists: ``Producer``, ``Consumer`` and ``NsqdHTTPClient``
+here only forward.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Self, TypeVar
 
 from nsqpy.client import consumer as aconsumer
+from nsqpy.client import http as ahttp
 from nsqpy.client import producer as aproducer
 from nsqpy.client.closing import Closing
 from nsqpy.client.config import Config
+from nsqpy.client.dead_letters import TTL, UNSET, QueueConfig, RedriveResult, Unset
 from nsqpy.client.message import Message as AsyncMessage
 
 T = TypeVar("T")
@@ -129,6 +132,78 @@ class Producer(Closing):
     def close(self) -> None:
         if not self._thread.loop.is_closed():
             self._thread.run(self._producer.close())
+            self._thread.stop()
+
+
+class NsqdHTTPClient(Closing):
+    """Blocking ``NsqdHTTPClient``: same arguments, same methods, no ``await``."""
+
+    def __init__(self, address: str, *, timeout: float = 5.0) -> None:
+        self._thread = LoopThread()
+
+        async def make() -> ahttp.NsqdHTTPClient:
+            # aiohttp's session belongs to the loop it is made on: make it on the thread's
+            return ahttp.NsqdHTTPClient(address, timeout=timeout)
+
+        self._http = self._thread.run(make())
+
+    def __enter__(self) -> Self:
+        return self
+
+    def publish(self, topic: str, body: bytes, *, defer: float | None = None) -> None:
+        self._thread.run(self._http.publish(topic, body, defer=defer))
+
+    def multi_publish(self, topic: str, bodies: Sequence[bytes]) -> None:
+        self._thread.run(self._http.multi_publish(topic, bodies))
+
+    def stats(self, topic: str = "", channel: str = "") -> dict[str, Any]:
+        return self._thread.run(self._http.stats(topic, channel))
+
+    def create_topic(self, topic: str) -> None:
+        self._thread.run(self._http.create_topic(topic))
+
+    def create_channel(self, topic: str, channel: str) -> None:
+        self._thread.run(self._http.create_channel(topic, channel))
+
+    def topic_config(self, topic: str) -> QueueConfig:
+        return self._thread.run(self._http.topic_config(topic))
+
+    def channel_config(self, topic: str, channel: str) -> QueueConfig:
+        return self._thread.run(self._http.channel_config(topic, channel))
+
+    def set_topic_config(
+        self,
+        topic: str,
+        *,
+        max_attempts: int | Unset | None = UNSET,
+        message_ttl: TTL | Unset | None = UNSET,
+        dead_letter_topic: str | Unset | None = UNSET,
+    ) -> QueueConfig:
+        return self._thread.run(self._http.set_topic_config(
+            topic, max_attempts=max_attempts, message_ttl=message_ttl,
+            dead_letter_topic=dead_letter_topic,
+        ))  # fmt: skip
+
+    def set_channel_config(
+        self,
+        topic: str,
+        channel: str,
+        *,
+        max_attempts: int | Unset | None = UNSET,
+        message_ttl: TTL | Unset | None = UNSET,
+        dead_letter_topic: str | Unset | None = UNSET,
+    ) -> QueueConfig:
+        return self._thread.run(self._http.set_channel_config(
+            topic, channel, max_attempts=max_attempts, message_ttl=message_ttl,
+            dead_letter_topic=dead_letter_topic,
+        ))  # fmt: skip
+
+    def redrive(self, topic: str, channel: str | None = None) -> RedriveResult:
+        return self._thread.run(self._http.redrive(topic, channel))
+
+    def close(self) -> None:
+        if not self._thread.loop.is_closed():
+            self._thread.run(self._http.close())
             self._thread.stop()
 
 
