@@ -148,14 +148,14 @@ class CrashLoop:
             finally:
                 await conn.close()
 
-    async def consumer(self) -> None:
+    async def consumer(self, topic: str, channel: str) -> None:
         generation = 0
         while (current := await self._current(generation, False)) is not None:
             generation, daemon = current
             try:
                 conn = await RawV2.connect(daemon.tcp_port)
                 rdy = self.drain_rdy if self.stopping else self.rdy
-                await conn.sub(self.TOPIC, self.CHANNEL, rdy=rdy)
+                await conn.sub(topic, channel, rdy=rdy)
             except (*GONE, AssertionError):
                 continue
             try:
@@ -169,20 +169,26 @@ class CrashLoop:
                         continue  # idle, not gone: a killed daemon closes the connection
                     if kind != 2:
                         continue
-                    body = data[26:]
-                    self.consumed[body] += 1
-                    conn.cmd(f"FIN {data[10:26].decode()}")
+                    conn.cmd(self.answer(topic, data[10:26].decode(), data[26:]))
             except GONE:
                 pass
             finally:
                 await conn.close()
 
+    def answer(self, topic: str, msg_id: str, body: bytes) -> str:
+        """The consumer's command for a delivery; counts what it finishes."""
+        self.consumed[body] += 1
+        return f"FIN {msg_id}"
+
+    async def setup(self, daemon: NsqdProcess) -> None:
+        await create_channel(daemon, self.TOPIC, self.CHANNEL)
+
     async def run(self, kills: int, seed: int) -> None:
         rng = random.Random(seed)
         daemon = await self.start_daemon()
-        await create_channel(daemon, self.TOPIC, self.CHANNEL)
+        await self.setup(daemon)
         workers = [asyncio.create_task(self.producer(pid)) for pid in range(4)]
-        workers.append(asyncio.create_task(self.consumer()))
+        workers += [asyncio.create_task(self.consumer(*queue)) for queue in self.queues()]
         try:
             for _ in range(kills):
                 before = self.batches
@@ -216,14 +222,20 @@ class CrashLoop:
         depth: int = find(topic["channels"], "channel_name", self.CHANNEL)["depth"]
         return depth
 
+    def queues(self) -> list[tuple[str, str]]:
+        """The (topic, channel) pairs read by a consumer each, to be empty at the end."""
+        return [(self.TOPIC, self.CHANNEL)]
+
     async def drained(self, daemon: NsqdProcess) -> None:
-        """Wait until the daemon holds nothing more for the channel: all of it was consumed."""
+        """Wait until the daemon holds nothing more for the channels: all of it was consumed."""
+
+        def held(s: dict[str, Any], topic_name: str, channel: str) -> bool:
+            topic = find(s["topics"], "topic_name", topic_name)
+            c = find(topic["channels"], "channel_name", channel)
+            return any((topic["depth"], c["depth"], c["in_flight_count"], c["deferred_count"]))
 
         def empty(s: dict[str, Any]) -> bool:
-            topic = find(s["topics"], "topic_name", self.TOPIC)
-            c = find(topic["channels"], "channel_name", self.CHANNEL)
-            held = topic["depth"], c["depth"], c["in_flight_count"], c["deferred_count"]
-            return not any(held)
+            return not any(held(s, topic, channel) for topic, channel in self.queues())
 
         async with asyncio.timeout(15):
             while not empty(await stats(daemon)):
