@@ -67,3 +67,22 @@ def stats_clients(http_address: str, topic: str, channel: str) -> dict[str, Any]
     except (OSError, ValueError, urllib.error.URLError) as err:
         return {"stats_error": repr(err)}
     return {"stats_clients": find_client(stats, topic, channel)}
+
+
+def channel_entry(http_address: str, topic: str, channel: str) -> dict[str, Any]:
+    """The channel's /stats entry ({} while it does not exist)."""
+    stats = http_get_json(http_address, f"/stats?format=json&topic={topic}&channel={channel}")
+    for t in stats.get("topics") or []:
+        for c in t.get("channels") or []:
+            if c.get("channel_name") == channel:
+                return dict(c)
+    return {}
+
+
+def topic_depth(http_address: str, topic: str) -> int:
+    """The topic's depth in /stats (-1 while it does not exist)."""
+    stats = http_get_json(http_address, f"/stats?format=json&topic={topic}")
+    for t in stats.get("topics") or []:
+        if t.get("topic_name") == topic:
+            return int(t["depth"])
+    return -1

@@ -19,7 +19,7 @@ from typing import Any  # noqa: E402
 import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 import gnsq  # noqa: E402
-from _peerlib import b64, emit, host_port, parse_argv, unb64  # noqa: E402
+from _peerlib import b64, emit, host_port, parse_argv, topic_depth, unb64  # noqa: E402
 from gnsq import errors as gerrors  # noqa: E402
 from gnsq import protocol as gproto  # noqa: E402
 
@@ -340,6 +340,8 @@ def sc_consume(params: dict[str, Any]) -> dict[str, Any]:
             STATE.setdefault("heartbeat_times", []).append(now())
 
     consumer.start(block=False)
+    if "dead_topic" in params:  # nsqd, not the Consumer, ends an always_requeue run
+        gevent.spawn(stop_at_depth, params, done)
     if mode == "heartbeat":
         while counters["heartbeats"] < params.get("heartbeats", 2):
             gevent.sleep(0.05)
@@ -351,6 +353,13 @@ def sc_consume(params: dict[str, Any]) -> dict[str, Any]:
     done.wait()
     consumer.close()
     return {"deliveries": deliveries, "gave_up": gave_up, **counters}
+
+
+def stop_at_depth(params: dict[str, Any], done: gevent.event.Event) -> None:
+    """Set ``done`` once nsqd holds ``count`` messages in ``dead_topic``."""
+    while topic_depth(params["http"], params["dead_topic"]) < params["count"]:
+        gevent.sleep(0.05)
+    done.set()
 
 
 def sc_http(params: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any
 
-from _peerlib import b64, emit, parse_argv, stats_clients, unb64
+from _peerlib import b64, channel_entry, emit, parse_argv, stats_clients, topic_depth, unb64
 
 asyncio.set_event_loop(asyncio.new_event_loop())
 
@@ -587,6 +587,55 @@ async def sc_lookupd_consume(params: dict[str, Any]) -> dict[str, Any]:
     return {"deliveries": deliveries, "connections": connections}
 
 
+async def sc_requeue_until_dead(params: dict[str, Any]) -> dict[str, Any]:
+    """REQ every delivery (no delay, no backoff, no max_tries) until nsqd has moved ``count``
+    messages to ``dead_topic``; nsqd, not the Reader, decides when to stop."""
+    deliveries: list[dict[str, Any]] = []
+    STATE["deliveries"] = deliveries
+
+    def handler(message: nsq.Message) -> None:
+        deliveries.append(msg_record(message))
+        message.requeue(time_ms=0, backoff=False)
+
+    reader = make_reader(params, handler)
+    while topic_depth(params["http"], params["dead_topic"]) < params["count"]:
+        await asyncio.sleep(POLL)
+    close_reader(reader)
+    return {"deliveries": deliveries, "gave_up": reader.gave_up}
+
+
+async def sc_hold_until_expired(params: dict[str, Any]) -> dict[str, Any]:
+    """Keep the first delivery in flight (max_in_flight 1: nothing more can come) until /stats
+    counts ``expired`` messages on the channel, FIN it, then FIN until the body ``last``."""
+    deliveries: list[dict[str, Any]] = []
+    STATE["deliveries"] = deliveries
+    held: list[nsq.Message] = []
+    got_last = asyncio.Event()
+    last = unb64(params["last"])
+
+    def handler(message: nsq.Message) -> bool | None:
+        deliveries.append(msg_record(message))
+        if not held:
+            message.enable_async()
+            held.append(message)
+            return None
+        if message.body == last:
+            got_last.set()
+        return True
+
+    reader = make_reader(params, handler, max_in_flight=1)
+    while not held:
+        await asyncio.sleep(POLL)
+    topic, channel = params["topic"], params["channel"]
+    while channel_entry(params["http"], topic, channel).get("expired_count", 0) < params["expired"]:
+        await asyncio.sleep(POLL)
+    held[0].finish()
+    await got_last.wait()
+    await asyncio.sleep(FIN_SETTLE)
+    close_reader(reader)
+    return {"deliveries": deliveries}
+
+
 SCENARIOS = {
     "publish": sc_publish,
     "publish_errors": sc_publish_errors,
@@ -602,6 +651,8 @@ SCENARIOS = {
     "secure": sc_secure,
     "secure_refused": sc_secure_refused,
     "lookupd_consume": sc_lookupd_consume,
+    "requeue_until_dead": sc_requeue_until_dead,
+    "hold_until_expired": sc_hold_until_expired,
 }
 
 
