@@ -62,6 +62,42 @@ SWEEP_LIMIT = 1000
 class Channel:
     """Queue, in-flight and deferred bookkeeping for one channel of one topic."""
 
+    # Slots: the delivery loops read many attributes per message, and CPython 3.11 stops
+    # specialising instance-dict attribute reads past 30 keys (measured: 3% of `sub`).
+    __slots__ = (
+        "_deferred",
+        "_ready",
+        "_seq",
+        "backend",
+        "clients",
+        "dead_letter_count",
+        "dead_letter_topic",
+        "dead_letters",
+        "durable",
+        "e2e",
+        "effective",
+        "ephemeral",
+        "exiting",
+        "expired_count",
+        "hooks",
+        "in_flight_count",
+        "max_attempts",
+        "max_consumers",
+        "max_msg_timeout",
+        "mem_queue_size",
+        "message_count",
+        "message_ttl",
+        "name",
+        "paused",
+        "policed",
+        "queue",
+        "requeue_count",
+        "settings",
+        "timeout_count",
+        "topic_name",
+        "wall_ns",
+    )
+
     def __init__(
         self,
         topic_name: str,
@@ -323,7 +359,7 @@ class Channel:
         self.queue.append(msg)
 
     def _send(self, client: ClientState, msg: Message, now: float) -> None:
-        # put_many and client_ready inline this body on their hot paths: change all three.
+        # put_many and _fill inline this body on their hot paths: change all three.
         if client.sample_rate and random.randrange(100) > client.sample_rate:
             self._forget(msg)  # sampled out: taken off the queue and dropped, as nsqd does
             return
@@ -343,10 +379,9 @@ class Channel:
             self.hooks.touched(self.backend)
 
     def _next_queued(self, now: float) -> Message | None:
-        """The oldest queued message that may be delivered (see ``_pop_queued``)."""
+        """The oldest queued message that may be delivered under the channel's policy (see
+        ``_pop_queued``); those that may not are diverted on the way."""
         msg = self._pop_queued(now)
-        if not self.policed:
-            return msg
         wall = self.wall_ns()
         while msg is not None and not self._admit(msg, wall):
             msg = self._pop_queued(now)
@@ -383,13 +418,14 @@ class Channel:
     def _pour_all(self, now: float) -> None:
         """Hand queued messages to ready clients, round-robin (after writes to disk)."""
         ready = self._ready
+        next_queued = self._next_queued if self.policed else self._pop_queued
         while ready and not self.paused and (self.queue or self.backend_depth):
             client = ready[0]
             if client.rdy <= len(client.in_flight) or not client.writable:
                 ready.popleft()
                 client.in_ready = False
                 continue
-            msg = self._next_queued(now)
+            msg = next_queued(now)
             if msg is None:
                 return
             self._send(client, msg, now)
@@ -429,22 +465,26 @@ class Channel:
         """The client's window may have opened: pour queued messages in, then list it."""
         if self.paused or not client.writable or client.id not in self.clients:
             return
+        if self.policed:
+            self._fill_screened(client, now)
+        else:
+            self._fill(client, now)
+        if not client.in_ready and client.rdy > len(client.in_flight):
+            client.in_ready = True
+            self._ready.append(client)
+
+    def _fill(self, client: ClientState, now: float) -> None:
+        """Deliver queued messages while the client's window is open (no policy to apply)."""
         queue = self.queue
         in_flight = client.in_flight
         timeout = client.msg_timeout
         write = client.write_message
         backend = self.backend
-        policed = self.policed
-        ttl = self.message_ttl
-        wall = self.wall_ns() if policed else 0
         # write may fill the transport and clear client.writable mid-way.
         while client.rdy > len(in_flight) and client.writable:
             if queue:
                 item = queue.popleft()
                 if isinstance(item, tuple) and not client.sample_rate:
-                    if ttl and wall - item[2] > ttl:  # a fresh entry can only have expired
-                        self._divert(materialize(item), expired=True)
-                        continue
                     msg = delivered(item, client, now, timeout)  # the common case, in one step
                     in_flight[msg.id] = msg
                     client.message_count += 1
@@ -452,10 +492,8 @@ class Channel:
                     write(msg)
                     continue
                 msg = materialize(item)
-                if policed and not self._admit(msg, wall):
-                    continue
             elif backend is not None and backend.depth:
-                next_msg = self._next_queued(now)
+                next_msg = self._pop_queued(now)
                 if next_msg is None:
                     break
                 msg = next_msg
@@ -472,9 +510,47 @@ class Channel:
             client.message_count += 1
             self.in_flight_count += 1
             write(msg)
-        if not client.in_ready and client.rdy > len(client.in_flight):
-            client.in_ready = True
-            self._ready.append(client)
+
+    def _fill_screened(self, client: ClientState, now: float) -> None:
+        """``_fill`` for a channel with a policy: every message is screened before it goes.
+
+        A copy of ``_fill``'s loop rather than a test inside it, so that channels without a
+        policy pay nothing per message for the feature.
+        """
+        queue = self.queue
+        in_flight = client.in_flight
+        timeout = client.msg_timeout
+        write = client.write_message
+        backend = self.backend
+        ttl = self.message_ttl
+        wall = self.wall_ns()
+        while client.rdy > len(in_flight) and client.writable:
+            if queue:
+                item = queue.popleft()
+                if isinstance(item, tuple):
+                    if ttl and wall - item[2] > ttl:  # a fresh entry can only have expired
+                        self._divert(materialize(item), expired=True)
+                        continue
+                    if not client.sample_rate:
+                        msg = delivered(item, client, now, timeout)
+                        in_flight[msg.id] = msg
+                        client.message_count += 1
+                        self.in_flight_count += 1
+                        write(msg)
+                        continue
+                    msg = materialize(item)
+                elif self._admit(item, wall):
+                    msg = item
+                else:
+                    continue
+            elif backend is not None and backend.depth:
+                next_msg = self._next_queued(now)
+                if next_msg is None:
+                    break
+                msg = next_msg
+            else:
+                break
+            self._send(client, msg, now)
 
     def set_rdy(self, client: ClientState, count: int, now: float) -> None:
         if client.state == STATE_CLOSING:
