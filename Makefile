@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 	  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)) \
 	    || echo "chromium install failed: browser tests will fail"; \
 	fi
+	@# one test reads nsqd.dat with Go's encoding/json, as Go nsqd v1.3.0 does; Debian's Go will do.
+	@if ! command -v go >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get install -y -q golang-go >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q golang-go >/dev/null)) \
+	    || echo "go install failed: the Go nsqd.dat test will be skipped"; \
+	fi
 	@if command -v npm >/dev/null 2>&1; then \
 	  (cd tests/peers/nsqjs && npm install --silent --no-audit --no-fund) || echo "nsqjs install failed: nsqjs peer tests will be skipped"; \
 	fi
