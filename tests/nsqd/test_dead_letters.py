@@ -15,6 +15,7 @@ from nsqpy.nsqd.broker import Broker, BrokerConfig
 from nsqpy.nsqd.channel import Channel
 from nsqpy.nsqd.diskqueue import DiskQueue
 from nsqpy.nsqd.message import DeadLetter, Message, materialize
+from nsqpy.nsqd.options import NsqdOptions
 from nsqpy.nsqd.policy import NodeDefaults
 from nsqpy.nsqd.redrive import Redrive
 from nsqpy.nsqd.topic import Topic
@@ -147,6 +148,39 @@ def test_each_channel_counts_its_own_attempts_and_letters_get_their_own_ids() ->
     letters = held(broker.topics["t.dead"])
     assert sorted(m.origin for m in letters) == ["t:a", "t:b"]
     assert len({m.id for m in letters}) == 2
+
+
+# -- the defer limit -----------------------------------------------------------------------------
+
+HOUR = 3600 * SECOND
+
+
+def test_the_defer_limit_is_separate_from_the_req_clamp() -> None:
+    opts = NsqdOptions(max_req_timeout=HOUR, max_defer_timeout=24 * HOUR)
+    assert opts.defer_allowed(0) and opts.defer_allowed(24 * HOUR)
+    assert not opts.defer_allowed(24 * HOUR + 1) and not opts.defer_allowed(-1)
+    assert opts.req_delay(24 * HOUR) == HOUR and opts.req_delay(-5) == 0
+    assert not NsqdOptions(max_req_timeout=HOUR).defer_allowed(HOUR + 1)  # unset: REQ's limit
+
+    clock = Clock()
+    broker = make_broker(clock)
+    sink = subscribe(broker, "jobs", "worker", 2, clock)
+    ch = channel(broker, "jobs", "worker")
+    ids = broker.guid.new_ids(1, clock.wall)
+    broker.get_topic("jobs").put([b"tomorrow"], ids, clock.wall, clock.now, defer=24 * 3600.0)
+    publish(broker, clock, "jobs", b"now")
+    first = sink.got[-1]
+    ch.requeue(sink.state, first.id, opts.req_delay(24 * HOUR) / SECOND, clock.now)
+    clock.advance(3600)
+    ch.process(clock.now)
+    assert [m.body for m in sink.got] == [b"now", b"now"]  # the REQ was clamped to an hour
+    ch.finish(sink.state, first.id, clock.now)
+    clock.advance(23 * 3600 - 0.01)
+    ch.process(clock.now)
+    assert len(sink.got) == 2 and ch.deferred_count == 1  # the DPUB keeps its whole day
+    clock.advance(0.02)
+    ch.process(clock.now)
+    assert [m.body for m in sink.got][2:] == [b"tomorrow"]
 
 
 # -- TTL ---------------------------------------------------------------------------------------

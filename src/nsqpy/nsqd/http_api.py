@@ -198,7 +198,7 @@ class NsqdHttpApi:
             raise ApiError(400, "INVALID_DEFER") from None
         # time.Duration(ms) * time.Millisecond wraps around in int64 before the range check.
         deferred = as_int64(millis * _MS % _UINT64)
-        if deferred < 0 or deferred > self.nsqd.opts.defer_limit:
+        if not self.nsqd.opts.defer_allowed(deferred):
             raise ApiError(400, "INVALID_DEFER")
         return deferred
 

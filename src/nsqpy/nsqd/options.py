@@ -196,6 +196,15 @@ class NsqdOptions:
         """The longest deferral DPUB and ``/pub?defer=`` accept, in ns."""
         return self.max_req_timeout if self.max_defer_timeout is None else self.max_defer_timeout
 
+    def defer_allowed(self, defer_ns: int) -> bool:
+        """Whether DPUB or ``/pub?defer=`` may defer a message this long (else nsqd's range
+        error): ``--max-defer-timeout``, not ``--max-req-timeout``, is the bound."""
+        return 0 <= defer_ns <= self.defer_limit
+
+    def req_delay(self, delay_ns: int) -> int:
+        """A REQ's delay as nsqd applies it: clamped into 0..``--max-req-timeout``."""
+        return min(max(delay_ns, 0), self.max_req_timeout)
+
     @property
     def policy_defaults(self) -> policy.NodeDefaults:
         return policy.NodeDefaults(self.max_attempts, self.message_ttl, self.dead_letter_suffix)

@@ -415,10 +415,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         raw_ms = byte_to_base10(params[2])
         if raw_ms is None:
             raise _invalid(f"DPUB could not parse timeout {params[2].decode('utf-8', 'replace')}")
-        limit = self.nsqd.opts.defer_limit  # --max-defer-timeout (nsqpy), else --max-req-timeout
-        max_ms = limit // _MS
-        if not 0 <= as_int64(raw_ms * _MS % (1 << 64)) <= limit:
-            raise _invalid(f"DPUB timeout {raw_ms} out of range 0-{max_ms}")
+        opts = self.nsqd.opts
+        if not opts.defer_allowed(as_int64(raw_ms * _MS % (1 << 64))):
+            raise _invalid(f"DPUB timeout {raw_ms} out of range 0-{opts.defer_limit // _MS}")
         return raw_ms
 
     # -- publishing -----------------------------------------------------------------------
@@ -554,8 +553,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         raw_ms = byte_to_base10(params[2])
         if raw_ms is None:
             raise _invalid(f"REQ could not parse timeout {params[2].decode('utf-8', 'replace')}")
-        timeout_ns = as_int64(raw_ms * _MS % (1 << 64))
-        timeout_ns = min(max(timeout_ns, 0), self.nsqd.opts.max_req_timeout)
+        timeout_ns = self.nsqd.opts.req_delay(as_int64(raw_ms * _MS % (1 << 64)))
         channel = self.state.channel
         assert channel is not None
         try:
