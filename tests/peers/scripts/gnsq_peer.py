@@ -24,6 +24,8 @@ from gnsq import errors as gerrors  # noqa: E402
 from gnsq import protocol as gproto  # noqa: E402
 
 T0 = time.monotonic()
+#: Interval of the deadline-bounded polls below (the whole scenario runs under gevent.Timeout).
+POLL = 0.05
 STATE: dict[str, Any] = {"errors": []}
 
 
@@ -344,7 +346,7 @@ def sc_consume(params: dict[str, Any]) -> dict[str, Any]:
         gevent.spawn(stop_at_depth, params, done)
     if mode == "heartbeat":
         while counters["heartbeats"] < params.get("heartbeats", 2):
-            gevent.sleep(0.05)
+            gevent.sleep(POLL)
         STATE["connections_before_publish"] = len(consumer._connections)
         producer = gnsq.Producer([params["tcp"]])
         producer.start()
@@ -358,7 +360,7 @@ def sc_consume(params: dict[str, Any]) -> dict[str, Any]:
 def stop_at_depth(params: dict[str, Any], done: gevent.event.Event) -> None:
     """Set ``done`` once nsqd holds ``count`` messages in ``dead_topic``."""
     while topic_depth(params["http"], params["dead_topic"]) < params["count"]:
-        gevent.sleep(0.05)
+        gevent.sleep(POLL)
     done.set()
 
 
