@@ -360,7 +360,9 @@ def read_position(ch: Channel, tmp_path: Path) -> str:
     return meta.split("\n")[1]
 
 
-def test_durable_source_record_is_released_only_after_the_commit(tmp_path: Path) -> None:
+def dead_letter_durably(tmp_path: Path) -> tuple[Broker, Channel, ManualCommits]:
+    """A durable max_attempts=1 channel whose one message has just been dead-lettered, with
+    the commit of the letter's write still to come."""
     clock = Clock()
     hooks = ManualCommits()
     broker = make_broker(
@@ -372,6 +374,11 @@ def test_durable_source_record_is_released_only_after_the_commit(tmp_path: Path)
     assert sink.got[0].token >= 0
     ch.requeue(sink.state, sink.got[0].id, 0.0, clock.now)
     broker.flush_dead_letters(clock.now, clock.wall)
+    return broker, ch, hooks
+
+
+def test_durable_source_record_is_released_only_after_the_commit(tmp_path: Path) -> None:
+    broker, ch, hooks = dead_letter_durably(tmp_path)
     assert read_position(ch, tmp_path) == "0,0", "the record is still unfinished"
     hooks.commit()
     assert read_position(ch, tmp_path) != "0,0"
@@ -380,16 +387,7 @@ def test_durable_source_record_is_released_only_after_the_commit(tmp_path: Path)
 
 
 def test_a_failed_commit_keeps_the_source_record(tmp_path: Path) -> None:
-    clock = Clock()
-    hooks = ManualCommits()
-    broker = make_broker(
-        clock, backends=disk_queues(tmp_path, acks=True), hooks=hooks, max_attempts=1
-    )
-    ch = broker.get_channel(broker.get_topic("t"), "c", clock.now)
-    publish(broker, clock, "t", b"x")
-    sink = subscribe(broker, "t", "c", 1, clock)
-    ch.requeue(sink.state, sink.got[0].id, 0.0, clock.now)
-    broker.flush_dead_letters(clock.now, clock.wall)
+    _, ch, hooks = dead_letter_durably(tmp_path)
     hooks.commit(ok=False)
     assert read_position(ch, tmp_path) == "0,0"
 
