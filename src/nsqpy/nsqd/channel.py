@@ -186,32 +186,35 @@ class Channel:
             or not self.settings.empty
         )
 
-    def _admit(self, msg: Message, wall: int) -> bool:
-        """False when ``msg`` must not be delivered (it has been dead-lettered or dropped)."""
+    def _admit(self, item: Queued, wall: int) -> bool:
+        """False when ``item`` must not be delivered (it has been dead-lettered or dropped).
+        A fresh entry has never been delivered: only its age can keep it back."""
         ttl = self.message_ttl
-        if ttl and wall - msg.timestamp > ttl:
-            self._divert(msg, expired=True)
+        if isinstance(item, tuple):
+            if ttl and wall - item[2] > ttl:
+                self._divert(materialize(item), expired=True)
+                return False
+            return True
+        if ttl and wall - item.timestamp > ttl:
+            self._divert(item, expired=True)
             return False
         limit = self.max_attempts
-        if limit and msg.attempts >= limit:
-            self._divert(msg, expired=False)
+        if limit and item.attempts >= limit:
+            self._divert(item, expired=False)
             return False
         return True
 
     def _admit_all(self, msgs: list[Queued]) -> list[Queued]:
-        """``_admit`` for a batch being put (fresh entries can only have expired)."""
+        """``_admit`` for a batch being put, its test for fresh entries inlined (a call per
+        message costs a publish half as much again)."""
         wall = self.wall_ns()
-        ttl = self.message_ttl
-        kept: list[Queued] = []
-        for item in msgs:
-            if isinstance(item, tuple):
-                if ttl and wall - item[2] > ttl:
-                    self._divert(materialize(item), expired=True)
-                    continue
-                kept.append(item)
-            elif self._admit(item, wall):
-                kept.append(item)
-        return kept
+        cutoff = wall - self.message_ttl if self.message_ttl else -(1 << 63)
+        admit = self._admit
+        return [
+            item
+            for item in msgs
+            if (isinstance(item, tuple) and item[2] >= cutoff) or admit(item, wall)
+        ]
 
     def _divert(self, msg: Message, *, expired: bool) -> None:
         if expired:
@@ -341,10 +344,8 @@ class Channel:
         heapq.heappush(self._deferred, (due, next(self._seq), msg))
 
     def _put(self, msg: Queued, now: float) -> None:
-        if self.policed:
-            msg = materialize(msg)
-            if not self._admit(msg, self.wall_ns()):
-                return
+        if self.policed and not self._admit(msg, self.wall_ns()):
+            return
         ready = self._ready
         while ready and not self.paused:
             client = ready[0]
