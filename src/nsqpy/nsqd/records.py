@@ -66,30 +66,32 @@ def decode(data: bytes) -> Record:
     """Decode a record; raises ValueError for one too short to be a message."""
     due = 0
     origin = ""
-    if data[:1] == b"\xff":
-        magic = data[:8]
-        if magic == DEFERRED_MAGIC:
-            (due,) = _DUE.unpack_from(data, 8)
-            data = data[EXTENSION_SIZE:]
-        elif magic == ORIGIN_MAGIC and len(data) > EXTENSION_SIZE:
-            (due,) = _DUE.unpack_from(data, 8)
-            end = EXTENSION_SIZE + 1 + data[EXTENSION_SIZE]
-            origin = data[EXTENSION_SIZE + 1 : end].decode("ascii", "replace")
-            data = data[end:]
+    if data[:1] == b"\xff":  # plain records, the common case, pay this one test
+        offset, due, origin = _extension(data)
+        data = data[offset:]
     if len(data) < 26:
         raise ValueError(f"invalid message buffer size ({len(data)})")
     timestamp, attempts = _HEADER.unpack_from(data)
     return Record(timestamp, attempts, data[10:26], data[26:], due, origin)
 
 
+def _extension(data: bytes) -> tuple[int, int, str]:
+    """``(payload offset, due_ns, origin)`` of an extended record; ``(0, 0, "")`` when the
+    bytes are not one."""
+    magic = data[:8]
+    if magic == DEFERRED_MAGIC and len(data) >= EXTENSION_SIZE:
+        return EXTENSION_SIZE, _DUE.unpack_from(data, 8)[0], ""
+    if magic == ORIGIN_MAGIC and len(data) > EXTENSION_SIZE:
+        end = EXTENSION_SIZE + 1 + data[EXTENSION_SIZE]
+        origin = data[EXTENSION_SIZE + 1 : end].decode("ascii", "replace")
+        return end, _DUE.unpack_from(data, 8)[0], origin
+    return 0, 0, ""
+
+
 def head_timestamp(head: bytes) -> int | None:
     """The publish timestamp from a record's first bytes (``HEAD_SIZE`` always suffice);
     None if they are too few."""
-    offset = 0
-    if head[:8] == DEFERRED_MAGIC:
-        offset = EXTENSION_SIZE
-    elif head[:8] == ORIGIN_MAGIC and len(head) > EXTENSION_SIZE:
-        offset = EXTENSION_SIZE + 1 + head[EXTENSION_SIZE]
+    offset = _extension(head)[0] if head[:1] == b"\xff" else 0
     if len(head) < offset + _DUE.size:
         return None
     return int(_DUE.unpack_from(head, offset)[0])
