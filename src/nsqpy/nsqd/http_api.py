@@ -121,6 +121,13 @@ class NsqdHttpApi:
             raise ApiError(404, "TOPIC_NOT_FOUND")
         return topic
 
+    def _valid_existing_topic(self, request: web.Request) -> Topic:
+        """The ``topic`` param, which must be a valid name (400) of a topic that exists (404)."""
+        name = self._existing_topic_name(request)
+        if not is_valid_name(name):
+            raise ApiError(400, "INVALID_TOPIC")
+        return self._get_existing_topic(name)
+
     def _topic_and_channel(self, request: web.Request) -> tuple[Topic, str]:
         """nsqd's getExistingTopicFromQuery: both names valid, the topic must exist."""
         query = self._query(request)
@@ -278,10 +285,7 @@ class NsqdHttpApi:
         return None
 
     async def topic_empty(self, request: web.Request, params: Params) -> object:
-        name = self._existing_topic_name(request)
-        if not is_valid_name(name):
-            raise ApiError(400, "INVALID_TOPIC")
-        self._get_existing_topic(name).empty()
+        self._valid_existing_topic(request).empty()
         return None
 
     async def topic_pause(self, request: web.Request, params: Params) -> object:

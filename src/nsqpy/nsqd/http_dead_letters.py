@@ -30,13 +30,11 @@ from aiohttp import web
 from nsqpy._internal.http_api import ApiError, Params, Router, read_limited
 from nsqpy.nsqd import policy
 from nsqpy.nsqd.errors import BrokerError
-from nsqpy.protocol.names import is_valid_name
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.app import NSQD
     from nsqpy.nsqd.channel import Channel
     from nsqpy.nsqd.http_api import NsqdHttpApi
-    from nsqpy.nsqd.topic import Topic
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -59,14 +57,8 @@ class DeadLetterRoutes:
         router.v1("POST", "/channel/redrive", self.channel_redrive)
 
     # -- settings -------------------------------------------------------------------------------
-    def _topic(self, request: web.Request) -> Topic:
-        name = self.api._existing_topic_name(request)
-        if not is_valid_name(name):
-            raise ApiError(400, "INVALID_TOPIC")
-        return self.api._get_existing_topic(name)
-
     async def topic_config(self, request: web.Request, params: Params) -> object:
-        topic = self._topic(request)
+        topic = self.api._valid_existing_topic(request)
         broker = self.nsqd.broker
         if request.method == "POST":
             changes = await _changes(request, topic.name)
@@ -94,7 +86,7 @@ class DeadLetterRoutes:
 
     # -- redrive --------------------------------------------------------------------------------
     async def topic_redrive(self, request: web.Request, params: Params) -> object:
-        return await self._redrive(self._topic(request).name, None)
+        return await self._redrive(self.api._valid_existing_topic(request).name, None)
 
     async def channel_redrive(self, request: web.Request, params: Params) -> object:
         channel = self.api._existing_channel(request)
