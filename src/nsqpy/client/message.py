@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from nsqpy.client.connection import NsqdConnection
+
+class Responder(Protocol):
+    """The connection a message came on, as the message sees it: where its answers go.
+
+    ``NsqdConnection`` is one; naming only this keeps ``message`` below ``connection``.
+    """
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def channel(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def finish(self, msg: Message) -> None: ...
+
+    def requeue(self, msg: Message, delay: float | None, *, backoff: bool) -> None: ...
+
+    def touch(self, msg: Message) -> None: ...
 
 
 class Message:
@@ -27,7 +49,7 @@ class Message:
     )
 
     def __init__(
-        self, conn: NsqdConnection, msg_id: bytes, body: bytes, timestamp: int, attempts: int
+        self, conn: Responder, msg_id: bytes, body: bytes, timestamp: int, attempts: int
     ) -> None:
         self._conn = conn
         self.id = msg_id

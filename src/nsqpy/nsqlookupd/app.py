@@ -23,6 +23,8 @@ from nsqpy._internal.listen import (
     serve_http,
     split_host_port,
 )
+from nsqpy.nsqlookupd.context import Connection
+from nsqpy.nsqlookupd.http_api import make_app
 from nsqpy.nsqlookupd.options import NsqlookupdOptions, version_string
 from nsqpy.nsqlookupd.registry import Clock, RegistrationDB
 from nsqpy.nsqlookupd.tcp import LookupConnection
@@ -49,7 +51,7 @@ class NSQLookupd:
     def __init__(self, opts: NsqlookupdOptions, *, clock: Clock = time.time_ns) -> None:
         self.opts = opts
         self.registry = RegistrationDB(clock)
-        self.connections: set[LookupConnection] = set()
+        self.connections: set[Connection] = set()
         self.tcp_address = ""
         self.http_address = ""
         self.tcp_port = 0
@@ -60,11 +62,11 @@ class NSQLookupd:
         self._all_gone = asyncio.Event()
         self._all_gone.set()
 
-    def connection_opened(self, conn: LookupConnection) -> None:
+    def connection_opened(self, conn: Connection) -> None:
         self.connections.add(conn)
         self._all_gone.clear()
 
-    def connection_closed(self, conn: LookupConnection) -> None:
+    def connection_closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
         if not self.connections:
             self._all_gone.set()
@@ -90,8 +92,6 @@ class NSQLookupd:
         log.info("TCP: listening on %s", self.tcp_address)
 
     async def _start_http(self) -> None:
-        from nsqpy.nsqlookupd.http_api import make_app
-
         address = self.opts.http_address
         try:
             self._http_runner, sockname = await serve_http(

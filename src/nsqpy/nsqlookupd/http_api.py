@@ -8,7 +8,6 @@ shapes are Go's: a Go map marshals with sorted keys, a struct in field order; ev
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -20,13 +19,11 @@ from nsqpy._internal.http_api import (
     Router,
     add_pprof_placeholders,
 )
+from nsqpy.nsqlookupd.context import LookupdContext
 from nsqpy.nsqlookupd.metrics import Limits, metrics_text
 from nsqpy.nsqlookupd.registry import PeerInfo, Producer
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.names import is_valid_name
-
-if TYPE_CHECKING:
-    from nsqpy.nsqlookupd.app import NSQLookupd
 
 log = logging.getLogger("nsqpy.nsqlookupd")
 
@@ -80,7 +77,7 @@ def _node(peer: PeerInfo, topics: list[str], tombstones: list[bool]) -> dict[str
 class LookupdHttpApi:
     """The handlers of one nsqlookupd, registered on an httprouter-style ``Router``."""
 
-    def __init__(self, lookupd: NSQLookupd) -> None:
+    def __init__(self, lookupd: LookupdContext) -> None:
         self.lookupd = lookupd
         self.db = lookupd.registry
         self.router = Router(log)
@@ -192,6 +189,6 @@ class LookupdHttpApi:
         return None
 
 
-def make_app(lookupd: NSQLookupd) -> web.Application:
+def make_app(lookupd: LookupdContext) -> web.Application:
     """The aiohttp application serving nsqlookupd's HTTP API."""
     return LookupdHttpApi(lookupd).router.make_app()

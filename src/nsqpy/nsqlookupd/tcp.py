@@ -15,18 +15,16 @@ import json
 import logging
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, cast
+from typing import Final, cast
 
 from nsqpy._internal import gojson
 from nsqpy._internal.duration import format_go_duration
+from nsqpy.nsqlookupd.context import LookupdContext
 from nsqpy.nsqlookupd.registry import PeerInfo, Registration
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.errors import ClientError, SilentClose
 from nsqpy.protocol.lookup import MAGIC_V1, CommandReader, encode_response
 from nsqpy.protocol.names import is_valid_name
-
-if TYPE_CHECKING:
-    from nsqpy.nsqlookupd.app import NSQLookupd
 
 log = logging.getLogger("nsqpy.nsqlookupd")
 
@@ -97,7 +95,7 @@ def _topic_channel(command: str, params: list[bytes]) -> tuple[str, str]:
 class LookupConnection(asyncio.Protocol):
     """One nsqd's V1 connection."""
 
-    def __init__(self, lookupd: NSQLookupd) -> None:
+    def __init__(self, lookupd: LookupdContext) -> None:
         self.lookupd = lookupd
         self.db = lookupd.registry
         self.reader = CommandReader()
