@@ -13,6 +13,7 @@ from nsqpy.spark.options import parse_read_options
 
 from .conftest import NsqdFactory, numbered, publish, read_options
 from .daemons import Lookupd, Nsqd, wait_until
+from .trickle import Trickle
 
 BIG = 1 << 30
 
@@ -25,8 +26,11 @@ def ingests() -> Iterator[list[Ingest]]:
         ingest.shutdown(requeue=True)
 
 
-def start(made: list[Ingest], nsqd: Nsqd, topic: str, **extra: object) -> Ingest:
-    ingest = Ingest(parse_read_options(read_options(nsqd, topic, **extra)))
+def start(
+    made: list[Ingest], nsqd: Nsqd, topic: str, settle_limit: float | None = None, **extra: object
+) -> Ingest:
+    opts = parse_read_options(read_options(nsqd, topic, **extra))
+    ingest = Ingest(opts) if settle_limit is None else Ingest(opts, settle_limit=settle_limit)
     made.append(ingest)
     ingest.start()
     return ingest
@@ -224,3 +228,42 @@ def _producers(lookupd: Lookupd, topic: str) -> int:
         return len(lookupd.get(f"/lookup?topic={topic}")["producers"])
     except OSError:  # 404 until the topic is registered
         return 0
+
+
+def timed_take(ingest: Ingest, max_count: int, wait: float) -> tuple[float, int]:
+    began = time.monotonic()
+    got = ingest.take(max_count, BIG, wait=wait)
+    return time.monotonic() - began, len(got)
+
+
+def test_a_steady_trickle_is_taken_after_a_short_settle(
+    nsqd_proc: NsqdFactory, ingests: list[Ingest]
+) -> None:
+    """Messages 5 ms apart never leave the 50 ms settle loop by going quiet.
+
+    The settle wait after the first message of an empty inbox once ended only when nsqd
+    stopped sending, i.e. when maxInFlight messages were in flight: 15 s here, 21 s for the
+    first batch of a live archive. It ends after SETTLE_LIMIT at most now.
+    """
+    nsqd = nsqd_proc("--max-rdy-count=10000")
+    nsqd.create_channel("t", "spark")
+    ingest = start(ingests, nsqd, "t", maxInFlight=3000)
+    with Trickle(nsqd.tcp_address, "t", rate=200) as trickle:
+        took, got = timed_take(ingest, 1000, wait=30.0)
+        assert trickle.error is None
+    assert 0 < got < 1000  # the count bound (1000 = 5 s of trickle) did not end it
+    assert took < 2.0, f"the first take waited {took:.1f} s for a trickle of 200 msg/s"
+
+
+def test_the_settle_ends_once_a_batch_is_waiting(
+    nsqd_proc: NsqdFactory, ingests: list[Ingest]
+) -> None:
+    """The count bound: with a settle limit far away, max_count messages end the wait."""
+    nsqd = nsqd_proc("--max-rdy-count=10000")
+    nsqd.create_channel("t", "spark")
+    ingest = start(ingests, nsqd, "t", settle_limit=60.0, maxInFlight=3000, pollTimeout="60s")
+    with Trickle(nsqd.tcp_address, "t", rate=200) as trickle:
+        took, got = timed_take(ingest, 50, wait=60.0)
+        assert trickle.error is None
+    assert got == 50
+    assert took < 10.0, f"50 messages at 200 msg/s took {took:.1f} s to be taken"

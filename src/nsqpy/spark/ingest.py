@@ -36,9 +36,13 @@ from nsqpy.spark.options import ReadOptions
 
 log = logging.getLogger("nsqpy.spark")
 
-#: After the first message of an empty inbox arrives, let the burst settle this long so a
-#: fresh connection's first batch is not a handful of messages.
+#: After the first message of an empty inbox arrives, wait while messages keep coming (no gap
+#: longer than this), so that a fresh connection's first batch is not a handful of messages...
 LINGER: Final = 0.05
+#: ... but no longer than this in all, and not once a batch's worth is waiting. Without these
+#: bounds a steady stream (messages less than LINGER apart) held the trigger until nsqd had
+#: sent maxInFlight messages: 21 s for the first batch of a live archive at 40k msg/s.
+SETTLE_LIMIT: Final = 0.25
 #: How long connecting (IDENTIFY, SUB, first lookupd round) may take before the query fails.
 START_TIMEOUT: Final = 30.0
 
@@ -70,8 +74,9 @@ class _Held:
 class Ingest:
     """One consumer's worth of held NSQ messages (see the module docstring)."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, settle_limit: float = SETTLE_LIMIT) -> None:
         self.opts = opts
+        self._settle_limit = settle_limit
         self.stats = IngestStats()
         self._thread: LoopThread | None = None
         self._consumer: Consumer | None = None
@@ -120,7 +125,9 @@ class Ingest:
     ) -> list[Message]:
         """Up to ``max_count`` messages (and ``max_bytes`` of bodies, at least one message).
 
-        Waits up to ``wait`` seconds for a first message when the inbox is empty. Messages
+        Waits up to ``wait`` seconds for a first message when the inbox is empty, then a little
+        longer while more arrive (at most ``SETTLE_LIMIT``, or until ``max_count`` are waiting,
+        or ``wait``, whichever is least). Messages
         published after ``cut_ns`` (wall-clock ns) are held back rather than returned.
         The returned messages stay held (and touched) until ``finish`` or ``shutdown``.
         """
@@ -213,7 +220,7 @@ class Ingest:
     ) -> list[Message]:
         self._prune()
         if not self._inbox and wait > 0:
-            await self._wait_first(wait)
+            await self._wait_first(wait, max_count)
         since = self._inbox_since or time.monotonic()
         msgs = self._pop(max_count, max_bytes, cut_ns)
         if not self._inbox:
@@ -223,7 +230,7 @@ class Ingest:
             self.stats.admitted += len(msgs)
         return msgs
 
-    async def _wait_first(self, wait: float) -> None:
+    async def _wait_first(self, wait: float, max_count: int) -> None:
         arrived = self._arrived
         assert arrived is not None
         arrived.clear()
@@ -232,11 +239,18 @@ class Ingest:
                 await arrived.wait()
         except TimeoutError:
             return
-        # a burst is arriving (typically a fresh connection): let it settle briefly
+        # a burst may be arriving (typically a fresh connection): let it settle, but within
+        # bounds, since a steady stream never pauses for LINGER
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(self._settle_limit, wait)
+        inbox = self._inbox
         size = -1
-        while size != len(self._inbox):
-            size = len(self._inbox)
-            await asyncio.sleep(LINGER)
+        while size != len(inbox) and len(inbox) < max_count:
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            size = len(inbox)
+            await asyncio.sleep(min(LINGER, left))
 
     def _pop(self, max_count: int, max_bytes: int, cut_ns: int | None) -> list[Message]:
         inbox = self._inbox
