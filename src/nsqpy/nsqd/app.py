@@ -26,7 +26,7 @@ from nsqpy.nsqd import tls as nsqd_tls
 from nsqpy.nsqd.broker import Broker, BrokerConfig
 from nsqpy.nsqd.diskqueue import DiskQueue
 from nsqpy.nsqd.lookup import Lookup, identity
-from nsqpy.nsqd.persistence import DiskStore
+from nsqpy.nsqd.persistence import DiskStore, MetadataWriter
 from nsqpy.nsqd.redrive import Redrive
 from nsqpy.nsqd.statsd_push import StatsdPusher
 from nsqpy.nsqd.tcp import V2Connection
@@ -86,6 +86,9 @@ class NSQD:
             backends=self.store.open_queue,
             hooks=self.store,
         )
+        #: nsqd.dat, written on a thread of its own (creating a topic never waits for it)
+        self.meta_writer = MetadataWriter(self.loop, self.data_path, self._metadata_bytes)
+        self.store.metadata = self.meta_writer
         self.broker.listeners.append(self._on_change)
         self.broker.on_dead_letters = self._schedule_dead_letters
         self._redrive_locks: dict[str, asyncio.Lock] = {}
@@ -97,7 +100,6 @@ class NSQD:
         self._tasks: set[asyncio.Task[None]] = set()
         self.lookup: Lookup | None = None
         self._restoring = False
-        self._persist_scheduled = False
         self._pump_scheduled = False
         self.tls_context: ssl.SSLContext | None = None  # built by start()
         self.auth_tls_context: ssl.SSLContext | None = None
@@ -249,13 +251,16 @@ class NSQD:
             self.broker.restore(metadata.load(self.data_path), self.loop.time())
         finally:
             self._restoring = False
-        self.persist_metadata()
+        try:  # at once: nothing else runs yet
+            metadata.write_file(self.data_path, self._metadata_bytes())
+        except metadata.MetadataError as err:
+            log.error("%s", err)
 
     # -- metadata and backlog ------------------------------------------------------------
     def _on_change(self, event: str, topic: str, channel: str) -> None:
         if self._restoring:
             return  # after a restart the lookup connections register everything anyway
-        self.schedule_persist()
+        self.meta_writer.request(topic)
         if self.lookup is not None:
             self.lookup.notify(event, topic, channel)
             if event == "topic_created" and self.lookup.peers:
@@ -281,19 +286,17 @@ class NSQD:
             topic.channels_known(self.loop.time())
             self._schedule_pump()
 
-    def schedule_persist(self) -> None:
-        """Write nsqd.dat at the end of this loop iteration (once, however many changes)."""
-        if not self._persist_scheduled:
-            self._persist_scheduled = True
-            self.loop.call_soon(self.persist_metadata)
+    def _metadata_bytes(self) -> bytes:
+        return metadata.encode(self.broker.metadata())
 
     def persist_metadata(self) -> None:
-        self._persist_scheduled = False
-        try:
-            metadata.persist(self.data_path, self.broker.metadata())
-        except metadata.MetadataError as err:
-            log.error("%s", err)
+        """A paused flag or a setting changed: write nsqd.dat (off the loop, soon)."""
+        self.meta_writer.request()
         self._schedule_pump()  # an unpause may have released a topic's disk backlog
+
+    async def metadata_written(self) -> bool:
+        """Wait until nsqd.dat holds every change made so far (False if its write failed)."""
+        return await self.meta_writer.written()
 
     def _schedule_pump(self) -> None:
         if not self._pump_scheduled:
@@ -547,7 +550,7 @@ class NSQD:
             return  # never started: nothing of ours is on disk
         now = self.loop.time()
         self.broker.flush_dead_letters(now, time.time_ns())  # diverted in this iteration
-        self.persist_metadata()
+        await self.meta_writer.close()
         written = 0
         for topic in self.broker.topics.values():
             for channel in topic.channels.values():

@@ -67,6 +67,7 @@ class DeadLetterRoutes:
             except policy.SettingsError as err:
                 raise ApiError(400, str(err)) from None
             self.nsqd.persist_metadata()
+            await self.nsqd.metadata_written()  # answered once it is on disk
         return {
             "topic_name": topic.name,
             **topic.settings.to_json(),
@@ -82,6 +83,7 @@ class DeadLetterRoutes:
             except policy.SettingsError as err:
                 raise ApiError(400, str(err)) from None
             self.nsqd.persist_metadata()
+            await self.nsqd.metadata_written()  # answered once it is on disk
         return channel_config_doc(channel)
 
     # -- redrive --------------------------------------------------------------------------------

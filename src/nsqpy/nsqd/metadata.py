@@ -157,12 +157,18 @@ def recover_from_queue_files(data_path: str) -> list[TopicMeta]:
 
 def persist(data_path: str, topics: list[TopicMeta]) -> None:
     """Write nsqd.dat atomically (temporary file, fsync, rename)."""
+    write_file(data_path, encode(topics))
+
+
+def write_file(data_path: str, data: bytes) -> None:
+    """Write ``data`` (``encode``'s) as nsqd.dat atomically: temporary file, fsync, rename.
+    Any thread may call it; raises MetadataError."""
     path = os.path.join(data_path, FILE_NAME)
     tmp = f"{path}.{secrets.randbelow(1 << 31)}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, encode(topics))
+            os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

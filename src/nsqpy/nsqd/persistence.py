@@ -1,4 +1,4 @@
-"""The daemon's side of the disk: opening queues, syncing them, group commit.
+"""The daemon's side of the disk: opening queues, syncing them, group commit, nsqd.dat.
 
 ``DiskStore`` is the :class:`DiskHooks` the topics and channels report to. Syncs (fsync of the
 data plus an atomic metadata write) run on one worker thread so the event loop never waits for
@@ -6,6 +6,15 @@ the disk. A sync round takes every queue written since the last round; callbacks
 with ``after_commit`` run when the round that covers them completes. In durable mode every
 publish registers one, so all publishers waiting at that moment share one fsync per queue:
 group commit.
+
+``MetadataWriter`` writes ``nsqd.dat`` (the topic and channel list) on a thread of its own, as
+nsqd does from a goroutine: a SUB or PUB that creates a topic or channel is answered without
+waiting for the file's fsync, and neither is anyone else. Requests coalesce: the list is
+snapshotted on the loop when a write starts, and changes made while it runs are written by
+one more write after it, so a burst of creations costs one or two writes and the last state
+always reaches the disk. In durable mode a commit also covers the nsqd.dat writes requested
+before it (see ``DiskStore.after_commit``), so an acknowledged message is never left in a
+queue that a restart would not open.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from nsqpy.nsqd import records
+from nsqpy.nsqd import metadata, records
 from nsqpy.nsqd.backend import Backend, DiskHooks
 from nsqpy.nsqd.diskqueue import DiskQueue, DiskQueueError, SyncJob
 
@@ -56,6 +65,8 @@ class DiskStore(DiskHooks):
         self._full_due = False  # the next round writes positions too (--sync-timeout)
         self._sync_due = False  # a queue reached --sync-every
         self._closed = False
+        #: nsqd.dat's writer: a durable commit waits for the writes requested before it.
+        self.metadata: MetadataWriter | None = None
 
     def open_queue(self, name: str) -> DiskQueue:
         return DiskQueue(
@@ -90,7 +101,14 @@ class DiskStore(DiskHooks):
             self._sync_due = True
             self._kick()
 
-    def after_commit(self, callback: Commit) -> None:
+    def after_commit(self, callback: Commit, topic: str | None = None) -> None:
+        """``callback(ok)`` once everything written so far is on stable storage, nsqd.dat
+        included: as far as ``topic`` and its channels go when it is given, else all of it."""
+        meta = self.metadata
+        if meta is not None and (meta.pending if topic is None else meta.pending_for(topic)):
+            # a topic or channel this commit's data needs may not be in nsqd.dat yet
+            callback = _both(callback)
+            meta.after_write(callback)
         self._waiting.append(callback)
         self._kick()
 
@@ -183,3 +201,141 @@ def _run_jobs(jobs: list[SyncJob]) -> list[Exception]:
 def _close_all(queues: list[DiskQueue]) -> None:
     for queue in queues:
         queue.close()
+
+
+def _both(callback: Commit) -> Commit:
+    """A commit callback to give to two waiters: ``callback`` runs once both have answered,
+    with True only if both succeeded."""
+    answers: list[bool] = []
+
+    def one(ok: bool) -> None:
+        answers.append(ok)
+        if len(answers) == 2:
+            callback(all(answers))
+
+    return one
+
+
+class MetadataWriter:
+    """Writes nsqd.dat off the event loop, coalescing requests (see the module docstring).
+
+    ``snapshot`` returns the file's bytes (called on the loop when a write starts); ``write``
+    puts them on disk (called on the worker thread; ``metadata.write_file`` by default, tests
+    pass a slow or failing one). A failed write is logged, as nsqd does, and the next request
+    or ``close`` writes again.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        data_path: str,
+        snapshot: Callable[[], bytes],
+        write: Callable[[str, bytes], None] = metadata.write_file,
+    ) -> None:
+        self.loop = loop
+        self.data_path = data_path
+        self.snapshot = snapshot
+        self.write = write
+        self._executor: ThreadPoolExecutor | None = None
+        self._requested = 0  # number of the latest request
+        self._written = 0  # requests up to this number are on disk (or their write failed)
+        self._scheduled = False  # a write starts at the end of this loop iteration
+        self._running: asyncio.Future[None] | None = None
+        self._waiters: list[tuple[int, Commit]] = []
+        self._topics: dict[str, int] = {}  # topic -> latest request about it or its channels
+        self.writes = 0  # writes started (tests see the coalescing)
+
+    @property
+    def pending(self) -> bool:
+        """A requested state is not on disk yet."""
+        return self._requested > self._written
+
+    def pending_for(self, topic: str) -> bool:
+        """A change to ``topic`` or one of its channels is not on disk yet."""
+        return self._topics.get(topic, 0) > self._written
+
+    def request(self, topic: str | None = None) -> None:
+        """The topic/channel list changed (``topic`` or one of its channels, if given): write
+        it soon, once for a whole burst."""
+        self._requested += 1
+        if topic is not None:
+            self._topics[topic] = self._requested
+        if not self._scheduled and self._running is None:
+            self._scheduled = True
+            self.loop.call_soon(self._start)
+
+    def after_write(self, callback: Commit) -> None:
+        """``callback(ok)`` once the state as of now is on disk; at once if it is."""
+        if not self.pending:
+            callback(True)
+            return
+        self._waiters.append((self._requested, callback))
+
+    async def written(self) -> bool:
+        """Wait until the state as of now is on disk (False if that write failed)."""
+        done: asyncio.Future[bool] = self.loop.create_future()
+
+        def answer(ok: bool) -> None:
+            if not done.done():
+                done.set_result(ok)
+
+        self.after_write(answer)
+        return await done
+
+    def _start(self) -> None:
+        self._scheduled = False
+        if self._running is not None or not self.pending:
+            return
+        covers = self._requested
+        data = self.snapshot()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="nsqd-metadata")
+        self.writes += 1
+        self._running = self.loop.create_future()
+        job = self.loop.run_in_executor(self._executor, self.write, self.data_path, data)
+        job.add_done_callback(lambda f: self._done(f, covers))
+
+    def _done(self, job: asyncio.Future[None], covers: int) -> None:
+        error = job.exception()
+        ok = error is None
+        if error is not None:
+            log.error("%s", error)
+        self._written = max(self._written, covers)
+        self._topics = {t: n for t, n in self._topics.items() if n > covers}
+        waiters, self._waiters = self._waiters, []
+        for number, callback in waiters:
+            if number <= covers:
+                callback(ok)
+            else:
+                self._waiters.append((number, callback))
+        running, self._running = self._running, None
+        if running is not None:
+            running.set_result(None)
+        if self.pending:
+            self._start()  # what changed while this write ran
+
+    async def close(self) -> None:
+        """Wait for the write under way, then write the latest state (always, so that a clean
+        stop leaves nsqd.dat as it is now); the writer can be used again afterwards."""
+        while self._running is not None:
+            await self._running
+        self._scheduled = False
+        covers = self._requested
+        data = self.snapshot()
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="nsqd-metadata")
+        executor = self._executor
+        self._executor = None
+        try:
+            await self.loop.run_in_executor(executor, self.write, self.data_path, data)
+            ok = True
+        except (metadata.MetadataError, OSError) as err:
+            log.error("%s", err)
+            ok = False
+        finally:
+            executor.shutdown(wait=True)
+        self._written = max(self._written, covers)
+        self._topics.clear()
+        waiters, self._waiters = self._waiters, []
+        for _, callback in waiters:
+            callback(ok)

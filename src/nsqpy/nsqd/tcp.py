@@ -318,8 +318,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         if not self.flush_pending:
             self.nsqd.schedule_flush(self)
 
-    def _reply_after_commit(self, cmd: str) -> None:
-        """Durable mode: OK once the messages are fsynced; later replies wait behind it."""
+    def _reply_after_commit(self, cmd: str, topic: str) -> None:
+        """Durable mode: OK once the messages (and the topic's and its channels' entries in
+        nsqd.dat) are fsynced; later replies wait behind it."""
         pending = _Pending()
         if self._held is None:
             self._held = deque()
@@ -334,7 +335,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
                 self._closing = True  # a failed commit is fatal, after the replies before it
             self._release_held()
 
-        self.nsqd.store.after_commit(committed)
+        self.nsqd.store.after_commit(committed, topic)
 
     def _release_held(self) -> None:
         held = self._held
@@ -442,7 +443,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
                 del self._out[mark : mark + len(OK_FRAME)]  # take the OK back
             raise ClientError(f"E_{cmd}_FAILED", f"{cmd} failed {err}") from err
         if durable:
-            self._reply_after_commit(cmd)
+            self._reply_after_commit(cmd, topic_name)
         self.pub_counts[topic_name] = self.pub_counts.get(topic_name, 0) + len(bodies)
 
     def _pub(self, params: list[bytes], body: bytes | None, now: float) -> None:
@@ -496,6 +497,16 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         except BrokerError as err:
             raise ClientError("E_SUB_FAILED", f"SUB failed {err}") from err
         state.state = STATE_SUBSCRIBED
+        nsqd = self.nsqd
+        if nsqd.store.durable and nsqd.meta_writer.pending_for(topic.name):
+            # durable: OK means the channel is in nsqd.dat; this client's next commands
+            # wait for the write (on its thread), nobody else does
+            self._stall_on(self._ok_once_persisted())
+            return
+        self._send_frame(OK_FRAME)
+
+    async def _ok_once_persisted(self) -> None:
+        await self.nsqd.metadata_written()
         self._send_frame(OK_FRAME)
 
     def _rdy(self, params: list[bytes], body: bytes | None, now: float) -> None:
