@@ -54,6 +54,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "sync_timeout": 2 * SECOND,
     "durable": False,  # nsqpy's own
     "http_auth_required": False,  # nsqpy's own (nsq#1183)
+    "http_allowed_origins": [],  # nsqpy's own: web origins whose pages may change state
     "queue_scan_worker_pool_max": 4,
     "queue_scan_selection_count": 20,
     "msg_timeout": 60 * SECOND,
@@ -161,9 +162,9 @@ def test_cfg_names() -> None:
         "client_timeout",
     }
     assert fields | {"id", "broadcast_address"} == CFG_NAMES
-    # nsqd v1.3.0's 49; nsqpy's durable, http_auth_required, the three alert_* keys,
-    # max_defer_timeout, max_attempts, message_ttl and dead_letter_suffix
-    assert len(CFG_NAMES) == 58
+    # nsqd v1.3.0's 49; nsqpy's durable, http_auth_required, http_allowed_origins, the three
+    # alert_* keys, max_defer_timeout, max_attempts, message_ttl and dead_letter_suffix
+    assert len(CFG_NAMES) == 59
 
 
 # --- command line -----------------------------------------------------------------------------

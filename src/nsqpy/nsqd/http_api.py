@@ -30,6 +30,7 @@ from nsqpy._internal.http_api import (
     read_limited,
 )
 from nsqpy._internal.logs import LEVELS
+from nsqpy._internal.origin import OriginGuard
 from nsqpy.nsqd import metrics, stats
 from nsqpy.nsqd.alerts import shown_queues
 from nsqpy.nsqd.errors import BrokerError, QueueFull
@@ -452,10 +453,19 @@ def make_app(nsqd: NSQD, *, tls: bool = False) -> web.Application:
     stats.install_gc_pause_recorder()
     router = NsqdHttpApi(nsqd).router
     if tls or nsqd.opts.tls_required != TLS_REQUIRED:
-        if not nsqd.opts.http_auth_required:
-            return router.make_app()
-        # the Bearer check runs before the router, so an unauthorized body is never read
-        return web.Application(middlewares=[HttpAuth(nsqd).middleware, router.middleware])
+        # pages of other web origins may not change anything (nsqpy's rule), checked first so
+        # such a request costs no auth query and no body read
+        origins = OriginGuard(
+            nsqd.opts.http_allowed_origins,
+            own_origin=False,
+            flag="--http-allowed-origin",
+            log=log,
+        )
+        middlewares = [] if origins.allow_any else [origins.middleware]
+        if nsqd.opts.http_auth_required:
+            # the Bearer check runs before the router, so an unauthorized body is never read
+            middlewares.append(HttpAuth(nsqd).middleware)
+        return web.Application(middlewares=[*middlewares, router.middleware])
 
     @web.middleware
     async def tls_required(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -30,6 +30,7 @@ from nsqpy._internal.goflag import (
     parse_go_bool,
 )
 from nsqpy._internal.logs import parse_level
+from nsqpy._internal.origin import check_allowed_origins, origin_flag
 from nsqpy._version import __version__
 from nsqpy.nsqd import policy
 from nsqpy.nsqd.alerts import AGE, DEPTH, Kind, parse_rule
@@ -128,6 +129,8 @@ class NsqdOptions:
     #: nsqpy only (NSQ #1183): the HTTP API's publishing and admin routes need a Bearer
     #: secret that the auth server allows for the topic.
     http_auth_required: bool = False
+    #: nsqpy only: web origins whose pages may change state over the HTTP API (others: 403).
+    http_allowed_origins: list[str] = field(default_factory=list)
     http_client_connect_timeout: int = 2 * SECOND
     http_client_request_timeout: int = 5 * SECOND
     # disk queue
@@ -279,6 +282,16 @@ def _add_basic_flags(fs: FlagSet, d: NsqdOptions) -> None:
         d.http_auth_required,
         "(nsqpy) require an 'Authorization: Bearer <secret>' that the auth server allows for "
         "the topic on the HTTP API's /pub, /mpub, /topic/* and /channel/* routes",
+    )
+    fs.add_value(
+        "http-allowed-origin",
+        list(d.http_allowed_origins),
+        "(nsqpy) a web origin (scheme://host[:port], or * for all) whose pages may POST to the "
+        "HTTP API; requests from other origins' pages are refused (may be given multiple times "
+        "or comma separated)",
+        parser=origin_flag,
+        coerce_as=FlagKind.STRING_ARRAY,
+        cfg="http_allowed_origins",
     )
     fs.add_string(
         "broadcast-address",
@@ -631,6 +644,10 @@ def validate(opts: NsqdOptions) -> None:
             )
     validate_alerts(opts)
     validate_dead_letters(opts)
+    try:
+        check_allowed_origins(opts.http_allowed_origins)
+    except ValueError as err:
+        raise OptionsError(str(err)) from None
 
 
 def validate_dead_letters(opts: NsqdOptions) -> None:
