@@ -52,7 +52,7 @@ def test_every_flag_of_nsqadmin_exists() -> None:
         "http-client-tls-insecure-skip-verify", "http-client-tls-root-ca-file",
         "http-client-tls-cert", "http-client-tls-key", "allow-config-from-cidr",
         "acl-http-header", "lookupd-http-address", "nsqd-http-address", "admin-user",
-        "sample-interval", "history-duration",
+        "sample-interval", "history-duration", "http-allowed-origin",
     }  # fmt: skip
 
 

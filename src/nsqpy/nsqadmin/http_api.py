@@ -31,6 +31,7 @@ from nsqpy._internal.http_api import (
     respond_plain,
 )
 from nsqpy._internal.logs import parse_level
+from nsqpy._internal.origin import OriginGuard
 from nsqpy.nsqadmin import actions, aggregate, graphite, pages
 from nsqpy.nsqadmin.cluster import ClusterError, ClusterInfo, Errors, RefusedError
 from nsqpy.nsqadmin.notify import admin_action
@@ -505,6 +506,16 @@ class AdminHttpApi:
 
 
 def make_app(admin: NSQAdmin) -> web.Application:
-    """The aiohttp application serving nsqadmin (compression wraps the router)."""
+    """The aiohttp application serving nsqadmin (compression wraps the router); actions
+    asked for by pages of other web origins are refused before the router (nsqpy's rule)."""
     router = AdminHttpApi(admin).router
-    return web.Application(middlewares=[compress_middleware, router.middleware])
+    origins = OriginGuard(
+        admin.opts.http_allowed_origins,
+        own_origin=True,
+        flag="--http-allowed-origin",
+        log=log,
+    )
+    middlewares = [compress_middleware, router.middleware]
+    if not origins.allow_any:
+        middlewares.insert(1, origins.middleware)
+    return web.Application(middlewares=middlewares)

@@ -31,6 +31,7 @@ from nsqpy._internal.goflag import (
 )
 from nsqpy._internal.http_api import clean_path
 from nsqpy._internal.logs import LEVELS, parse_level
+from nsqpy._internal.origin import check_allowed_origins, origin_flag
 from nsqpy._version import __version__
 from nsqpy.protocol.constants import NSQ_VERSION
 
@@ -73,6 +74,8 @@ class NsqadminOptions:
     sample_interval: int = 2 * SECOND
     #: nsqpy only: how much sampled history is kept in memory.
     history_duration: int = 10 * MINUTE
+    #: nsqpy only: web origins besides nsqadmin's own whose pages may use its actions.
+    http_allowed_origins: list[str] = field(default_factory=list)
 
 
 def _log_level_flag(text: str, _current: object) -> object:
@@ -94,6 +97,16 @@ def _add_basic_flags(fs: FlagSet, d: NsqadminOptions) -> None:
     fs.add_bool("verbose", False, "[deprecated] has no effect, use --log-level", cfg=None)
     fs.add_string("http-address", d.http_address, "<addr>:<port> to listen on for HTTP clients")
     fs.add_string("base-path", d.base_path, "URL base path")
+    fs.add_value(
+        "http-allowed-origin",
+        list(d.http_allowed_origins),
+        "(nsqpy) a web origin (scheme://host[:port], or * for all) whose pages may use the "
+        "admin actions besides nsqadmin's own; requests from other origins' pages are refused "
+        "(may be given multiple times or comma separated)",
+        parser=origin_flag,
+        coerce_as=FlagKind.STRING_ARRAY,
+        cfg="http_allowed_origins",
+    )
     fs.add_string("dev-static-dir", d.dev_static_dir, "(development use only)")
 
 
@@ -291,6 +304,10 @@ def validate(opts: NsqadminOptions) -> ssl.SSLContext | None:
             ) from None
     if opts.sample_interval <= 0:
         raise OptionsError("--sample-interval must be positive")
+    try:
+        check_allowed_origins(opts.http_allowed_origins)
+    except ValueError as err:
+        raise OptionsError(str(err)) from None
     opts.base_path = normalize_base_path(opts.base_path)
     return context
 
