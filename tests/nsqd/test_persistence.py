@@ -12,6 +12,7 @@ import pytest
 from conftest import wait_for
 from v2client import RawV2
 
+from nsqpy.nsqd import metadata
 from nsqpy.nsqd.app import NSQD, StartupError
 from nsqpy.nsqd.options import NsqdOptions
 
@@ -311,3 +312,27 @@ async def test_durable_clean_stop_keeps_req_delays_and_attempts(daemons: Daemons
     second = await conn.message()
     assert (second.body, second.attempts) == (b"a", 2)
     assert loop.time() - requeued_at >= 1.5 - 0.01
+
+
+def test_a_deferred_count_that_is_not_a_count_is_ignored() -> None:
+    channels = [
+        {"name": "good", "paused": False, "deferred_records": 4},
+        *(
+            {"name": f"bad{i}", "paused": False, "deferred_records": value}
+            for i, value in enumerate(["4", -1, True, 2.5, None])
+        ),
+    ]
+    doc = {"topics": [{"name": "t", "paused": False, "channels": channels}], "version": "1.3.0"}
+    (topic,) = metadata.decode(json.dumps(doc).encode())
+    assert [(c.name, c.deferred) for c in topic.channels] == [
+        ("good", 4),
+        *((f"bad{i}", 0) for i in range(5)),
+    ]
+    # written back only where there is a count, as an extra field Go's nsqd ignores
+    again = json.loads(metadata.encode([topic]))
+    assert again["topics"][0]["channels"][0] == {
+        "name": "good",
+        "paused": False,
+        "deferred_records": 4,
+    }
+    assert all("deferred_records" not in c for c in again["topics"][0]["channels"][1:])

@@ -278,6 +278,57 @@ async def test_deferred_messages_keep_their_due_time(procs: Processes) -> None:
     await held.close()
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param((), id="memory"),
+        pytest.param(("--mem-queue-size=0",), id="disk"),
+        pytest.param(("--durable",), id="durable"),
+    ],
+)
+async def test_restored_deferred_messages_count_as_deferred_from_the_first_stats(
+    procs: Processes, flags: tuple[str, ...]
+) -> None:
+    nsqd = await procs.start(*flags)
+    await create_channel(nsqd, "t", "c")
+    producer = await RawV2.connect(nsqd.tcp_port)
+    for i in range(3):
+        producer.cmd("DPUB t 60000", b"later-%d" % i)  # due long after the test
+        assert await producer.response() == b"OK"
+    await producer.close()
+    await publish(nsqd, "t", [b"now-0", b"now-1"])
+    before = await channel_stats(nsqd, "t", "c")
+    assert (before["depth"], before["deferred_count"]) == (2, 3)
+
+    nsqd = await procs.restart(nsqd, *flags)
+    first = await channel_stats(nsqd, "t", "c")  # the first /stats after the start
+    assert (first["depth"], first["deferred_count"]) == (2, 3)
+    assert first["backend_depth"] <= first["depth"]
+    # the queued two are delivered; the deferred three stay deferred, counted once
+    got = await consume_some(nsqd, "t", "c", 2)
+    assert sorted(m.body for m in got) == [b"now-0", b"now-1"]
+    after = await channel_stats(nsqd, "t", "c")
+    assert (after["depth"], after["in_flight_count"], after["deferred_count"]) == (0, 0, 3)
+
+    nsqd = await procs.restart(nsqd, *flags)  # and again, once they were read back
+    again = await channel_stats(nsqd, "t", "c")
+    assert (again["depth"], again["deferred_count"]) == (0, 3)
+
+
+async def consume_some(daemon: NsqdProcess, topic: str, channel: str, count: int) -> list[Message]:
+    """Take ``count`` messages, FINish them and wait until none is in flight."""
+    conn = await RawV2.connect(daemon.tcp_port)
+    await conn.sub(topic, channel, rdy=count + 1)
+    msgs = []
+    for _ in range(count):
+        msg = await conn.message()
+        msgs.append(msg)
+        conn.cmd(f"FIN {msg.id.decode()}")
+    await poll_stats(daemon, lambda s: chan(s, topic, channel)["in_flight_count"] == 0)
+    await conn.close()
+    return msgs
+
+
 async def test_a_second_process_on_the_same_data_path_is_refused(procs: Processes) -> None:
     first = await procs.start()
     proc = await asyncio.create_subprocess_exec(

@@ -545,7 +545,8 @@ class NSQD:
         await self._persist_everything()
 
     async def _persist_everything(self) -> None:
-        """Clean shutdown: nsqd.dat, then every memory, in-flight and deferred message to disk."""
+        """Clean shutdown: nsqd.dat, then every memory, in-flight and deferred message to disk,
+        then nsqd.dat again with the deferred records' counts when there are any."""
         if not self._lock.held:
             return  # never started: nothing of ours is on disk
         now = self.loop.time()
@@ -559,6 +560,11 @@ class NSQD:
         queues = [q for q in self.broker.backends_in_use() if isinstance(q, DiskQueue)]
         await self.store.close(queues)
         log.info("NSQ: messages written to disk: %d, queues closed: %d", written, len(queues))
+        if any(channel.disk_deferred for channel in self.broker.channels()):
+            # only once the records are on disk: a count must never promise what is not there
+            await self.meta_writer.close(
+                lambda: metadata.encode(self.broker.metadata(deferred=True))
+            )
         self._lock.release()
 
     async def wait_stopped(self) -> None:

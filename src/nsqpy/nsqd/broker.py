@@ -265,14 +265,15 @@ class Broker:
         for channel in list(self.channels()):
             channel.process(now)
 
-    def metadata(self) -> list[TopicMeta]:
-        """What nsqd.dat records: every topic and channel with its paused flag and settings."""
+    def metadata(self, *, deferred: bool = False) -> list[TopicMeta]:
+        """What nsqd.dat records: every topic and channel with its paused flag and settings
+        (and, with ``deferred``, at a clean stop, the channel's deferred records on disk)."""
         return [
             TopicMeta(
                 t.name,
                 t.paused,
                 [
-                    ChannelMeta(c.name, c.paused, c.settings)
+                    ChannelMeta(c.name, c.paused, c.settings, c.disk_deferred if deferred else 0)
                     for c in sorted(t.channels.values(), key=_name)
                 ],
                 t.settings,
@@ -295,6 +296,8 @@ class Broker:
                 channel = self.get_channel(topic, chan.name, now, chan.settings)
                 if chan.paused:
                     channel.pause()
+                if chan.deferred and channel.backend is not None:
+                    channel.disk_deferred = min(chan.deferred, channel.backend.depth)
         self.apply_policies()
 
     def backends_in_use(self) -> list[Backend]:

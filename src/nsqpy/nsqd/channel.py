@@ -73,6 +73,7 @@ class Channel:
         "dead_letter_count",
         "dead_letter_topic",
         "dead_letters",
+        "disk_deferred",
         "durable",
         "e2e",
         "effective",
@@ -131,6 +132,10 @@ class Channel:
         self.wall_ns = wall_ns
         self._ready: deque[ClientState] = deque()
         self._deferred: list[tuple[float, int, Message]] = []
+        #: Deferred records in the backend not read back yet: they count as deferred, not as
+        #: depth. Known exactly for what this process wrote; after a clean restart the daemon
+        #: sets it from nsqd.dat (after a crash it is 0 and they count in depth until read).
+        self.disk_deferred = 0
         self._seq = count()
         #: End-to-end latencies (publish to FIN, ns) when percentiles are configured.
         self.e2e: WindowedQuantile | None = None
@@ -152,11 +157,14 @@ class Channel:
 
     @property
     def backend_depth(self) -> int:
-        return self.backend.depth if self.backend is not None else 0
+        """Records on disk waiting to be delivered (deferred ones count in deferred_count)."""
+        if self.backend is None:
+            return 0
+        return max(self.backend.depth - self.disk_deferred, 0)
 
     @property
     def deferred_count(self) -> int:
-        return len(self._deferred)
+        return len(self._deferred) + self.disk_deferred
 
     def track_e2e(self, window_ns: int, percentiles: Sequence[float]) -> None:
         """Start recording publish-to-FIN latencies (``--e2e-processing-latency-*``)."""
@@ -339,6 +347,7 @@ class Channel:
         self.message_count += 1
         if self.durable:
             self._write([msg])  # read back into the deferred heap, keeping its disk record
+            self.disk_deferred += 1
             self._pour_all(now)
             return
         heapq.heappush(self._deferred, (due, next(self._seq), msg))
@@ -409,6 +418,8 @@ class Channel:
             if self.durable:
                 msg.token = token
             if rec.due_ns:
+                if self.disk_deferred:
+                    self.disk_deferred -= 1  # in the heap now, or due and delivered
                 remaining = (rec.due_ns - self.wall_ns()) / 1e9
                 if remaining > 0:
                     heapq.heappush(self._deferred, (now + remaining, next(self._seq), msg))
@@ -420,7 +431,8 @@ class Channel:
         """Hand queued messages to ready clients, round-robin (after writes to disk)."""
         ready = self._ready
         next_queued = self._next_queued if self.policed else self._pop_queued
-        while ready and not self.paused and (self.queue or self.backend_depth):
+        backend = self.backend
+        while ready and not self.paused and (self.queue or (backend is not None and backend.depth)):
             client = ready[0]
             if client.rdy <= len(client.in_flight) or not client.writable:
                 ready.popleft()
@@ -693,6 +705,7 @@ class Channel:
         """Drop queued, in-flight and deferred messages (nsqd's /channel/empty)."""
         self.queue.clear()
         self._deferred.clear()
+        self.disk_deferred = 0
         for client in self.clients.values():
             client.in_flight.clear()
             client.capped.clear()
@@ -727,6 +740,7 @@ class Channel:
         )
         if batch:
             backend.put(batch)
+            self.disk_deferred += len(deferred)
         for msg in held + [m for _, m in deferred]:
             self._forget(msg)
         self.queue.clear()

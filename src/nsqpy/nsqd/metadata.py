@@ -12,6 +12,11 @@ version, never a torn one. nsqpy adds a topic's or channel's dead-letter/TTL set
     {"name":"c","paused":false,"max_attempts":5,"message_ttl":"1h0m0s",
      "dead_letter_topic":"t.failed"}
 
+A clean stop also records how many deferred messages it wrote to a channel's disk queue,
+``"deferred_records":N``, so that they count as deferred (not as depth) from the first
+``/stats`` after the restart; the start rewrites the file without it, so a crash never
+leaves a stale count behind.
+
 Go's ``json.Unmarshal`` ignores fields its structs do not name, so nsqd v1.3.0 still opens the
 directory (and drops the settings when it next writes the file).
 
@@ -37,6 +42,7 @@ from nsqpy.protocol.names import is_ephemeral, is_valid_name
 log = logging.getLogger("nsqpy.nsqd")
 
 FILE_NAME: Final = "nsqd.dat"
+DEFERRED_FIELD: Final = "deferred_records"
 _QUEUE_FILE: Final = re.compile(r"(?P<name>.+)\.diskqueue\.(?:meta|\d{6})\.dat")
 
 
@@ -45,6 +51,8 @@ class ChannelMeta:
     name: str
     paused: bool = False
     settings: Settings = field(default_factory=Settings)
+    #: deferred records a clean stop left in the channel's disk queue (0: not known)
+    deferred: int = 0
 
 
 @dataclass
@@ -67,7 +75,12 @@ def encode(topics: list[TopicMeta]) -> bytes:
                 "name": t.name,
                 "paused": t.paused,
                 "channels": [
-                    {"name": c.name, "paused": c.paused, **c.settings.set_fields()}
+                    {
+                        "name": c.name,
+                        "paused": c.paused,
+                        **c.settings.set_fields(),
+                        **({DEFERRED_FIELD: c.deferred} if c.deferred > 0 else {}),
+                    }
                     for c in t.channels
                     if not is_ephemeral(c.name)
                 ],
@@ -109,7 +122,11 @@ def _topic(raw: Any) -> TopicMeta | None:
             log.warning("skipping creation of invalid channel %s", chan["name"])
             continue
         settings = _settings(chan, name, f"{name}:{chan['name']}")
-        topic.channels.append(ChannelMeta(chan["name"], bool(chan.get("paused", False)), settings))
+        deferred = chan.get(DEFERRED_FIELD, 0)
+        if not isinstance(deferred, int) or isinstance(deferred, bool) or deferred < 0:
+            deferred = 0  # not ours, or damaged: count them in depth until read, as before
+        paused = bool(chan.get("paused", False))
+        topic.channels.append(ChannelMeta(chan["name"], paused, settings, deferred))
     return topic
 
 

@@ -314,14 +314,15 @@ class MetadataWriter:
         if self.pending:
             self._start()  # what changed while this write ran
 
-    async def close(self) -> None:
+    async def close(self, snapshot: Callable[[], bytes] | None = None) -> None:
         """Wait for the write under way, then write the latest state (always, so that a clean
-        stop leaves nsqd.dat as it is now); the writer can be used again afterwards."""
+        stop leaves nsqd.dat as it is now; ``snapshot`` instead of the usual one if given);
+        the writer can be used again afterwards."""
         while self._running is not None:
             await self._running
         self._scheduled = False
         covers = self._requested
-        data = self.snapshot()
+        data = (snapshot or self.snapshot)()
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="nsqd-metadata")
         executor = self._executor
