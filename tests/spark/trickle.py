@@ -23,7 +23,7 @@ class Trickle:
         self.interval = 1.0 / rate
         self.count = count
         self.sent = 0
-        self.first_at: float | None = None  # time.monotonic() of the first PUB's answer
+        self.first_at: float | None = None  # time.time() of the first PUB's answer
         self.error: Exception | None = None
         self.done = threading.Event()
         self._stop = threading.Event()
@@ -53,7 +53,7 @@ class Trickle:
                 while not self._stop.is_set() and (self.count is None or self.sent < self.count):
                     producer.publish(self.topic, body(self.sent))
                     if self.first_at is None:
-                        self.first_at = time.monotonic()
+                        self.first_at = time.time()
                     self.sent += 1
                     # pacing, not waiting for a condition: the next PUB is due at sent / rate
                     self._stop.wait(max(0.0, began + self.sent * self.interval - time.monotonic()))

@@ -7,6 +7,9 @@
     df = (spark.readStream.format("nsq")
           .option("nsqd", "127.0.0.1:4150").option("topic", "events")
           .option("channel", "archive").load())
+    query = (df.writeStream.format("parquet").option("path", "out/")
+             .option("checkpointLocation", "out/_checkpoint").start())
+    stop_when_idle(query)                      # stops once the last batch is FINished
 
 pyspark is imported only when one of these functions runs, so ``import nsqpy.spark`` works (and
 explains what is missing) without it. Options and guarantees: docs/spark.md.
@@ -18,11 +21,12 @@ from typing import TYPE_CHECKING
 
 from nsqpy.spark.env import SparkSetupError, check_packages
 from nsqpy.spark.session import build_session
+from nsqpy.spark.stopping import stop_when_idle
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FORMAT", "SparkSetupError", "build_session", "register"]
+__all__ = ["FORMAT", "SparkSetupError", "build_session", "register", "stop_when_idle"]
 
 FORMAT = "nsq"
 

@@ -1,21 +1,17 @@
-"""Stopping a streaming archive without turning its last batch into duplicates.
+"""Stopping a streaming archive on a signal without turning its last batch into duplicates.
 
-The source FINs a batch's messages only while Spark plans the next batch (the commit tick).
-Stopping a query straight away therefore leaves the last written batch un-FINished: nsqd
-redelivers it after msg_timeout and the archive holds it twice. A clean stop waits until the
-query is idle (see ``is_idle``); a second request, or the deadline, stops at once, which is
-still at-least-once.
+The waiting itself is ``nsqpy.spark.stop_when_idle`` (see nsqpy/spark/stopping.py), which users
+of the ``nsq`` source call too; this adds the signal side: the first request stops cleanly, a
+second one forces the stop.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 from pyspark.sql.streaming.query import StreamingQuery
 
-_POLL_SECONDS = 0.2
+from nsqpy.spark.stopping import stop_when_idle
 
 
 class StopRequest:
@@ -31,30 +27,11 @@ class StopRequest:
         self.requested.set()
 
 
-def is_idle(query: StreamingQuery) -> bool:
-    """The last trigger found neither new messages nor a batch waiting for its FIN.
+def stop_cleanly(query: StreamingQuery, stop: StopRequest, timeout: float) -> bool:
+    """Stop ``query`` once nothing it wrote waits for its FIN (or forced, or after ``timeout``).
 
-    The source asks for an extra (empty) batch while a written batch awaits its commit, so
-    "no data" means every written batch has been FINished. A trigger may be running (the
-    source waits a moment for messages): stopping then only sends back what it has taken and
-    not yet planned into a batch, which nothing has written.
+    True when it was idle. Without draining: on a signal the job stops as soon as its last
+    trigger found nothing to do, usually at once, rather than after one more trigger interval;
+    messages that arrived since then wait in nsqd for the next run.
     """
-    return not query.status["isDataAvailable"]
-
-
-def stop_cleanly(
-    query: StreamingQuery,
-    stop: StopRequest,
-    timeout: float,
-    clock: Callable[[], float] = time.monotonic,
-) -> bool:
-    """Stop ``query`` once idle (or forced, or after ``timeout``); True when it was idle."""
-    deadline = clock() + timeout
-    idle = False
-    while query.isActive and clock() < deadline and not stop.forced.is_set():
-        if is_idle(query):
-            idle = True
-            break
-        stop.forced.wait(_POLL_SECONDS)
-    query.stop()
-    return idle
+    return stop_when_idle(query, timeout, drain=False, force=stop.forced)

@@ -1,0 +1,128 @@
+"""Stopping a streaming query on the ``nsq`` source without leaving its last batch unFINished.
+
+The source FINs batch N's messages only while Spark plans the batch after it: ``commit(end_N)``
+comes with batch N+1. A ``query.stop()`` at an arbitrary moment therefore leaves the last batch
+written but in flight; the source hands it back to nsqd on stop and the next run writes it
+again. ``isTriggerActive`` does not show a good moment: an idle query spends most of its time
+inside a trigger, waiting in ``latestOffset`` for ``pollTimeout``.
+
+What does: while a batch waits for its FIN, the source reports new data (its commit tick, on
+by default), so a trigger that finds no new data means that every batch written has been
+FINished. Spark shows it two ways:
+
+* ``status["isDataAvailable"]`` is false after such a trigger. It may describe a trigger that
+  ran before the caller's messages arrived, and it is also false before the first trigger.
+* ``processAllAvailable()`` returns once a trigger that began after the call found nothing.
+  It has no timeout and blocks for as long as data keeps coming, so it runs on a helper thread.
+
+pyspark is not imported: the query is only called, so ``import nsqpy.spark`` still works without
+pyspark.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+#: How often the caller's deadline and ``force`` are looked at.
+POLL_SECONDS: Final = 0.1
+#: After ``stop()``, how long to wait for the helper thread (Spark wakes it when the query ends,
+#: and looks again every 10 s anyway).
+_JOIN_SECONDS: Final = 15.0
+
+
+def stop_when_idle(
+    query: StreamingQuery,
+    timeout: float = 60.0,
+    *,
+    drain: bool = True,
+    force: threading.Event | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Stop ``query`` once nothing it wrote waits for its FIN; True if so, False if stopped early.
+
+    With ``drain`` (the default) the query first catches up: a trigger that started after this
+    call must find neither new messages nor a batch waiting for its FIN, so what nsqd had
+    delivered by then is written and FINished. This takes up to one trigger interval plus
+    ``pollTimeout``. Without ``drain`` the query stops as soon as its last trigger found
+    nothing to do (``isDataAvailable`` is false), which is usually at once. That is what a job
+    wants on a signal; messages that only arrived since wait in nsqd for the next run.
+
+    ``timeout`` seconds, or ``force`` being set (from a signal handler, say), stop the query at
+    once. That is still at-least-once: the source hands every message it holds back to nsqd,
+    and the last batch may be written again by the next run. A query that keeps getting
+    messages never becomes idle: stop the producers first, or accept the timeout.
+
+    A query that has already ended (AvailableNow) counts as idle. If the query failed, its
+    ``StreamingQueryException`` is raised after the stop.
+    """
+    deadline = clock() + timeout
+
+    def give_up() -> bool:
+        return clock() >= deadline or (force is not None and force.is_set())
+
+    if drain:
+        waiter = _CaughtUp(query)
+        idle = waiter.wait(give_up)
+        query.stop()
+        waiter.join(_JOIN_SECONDS)
+        if waiter.error is not None:
+            raise waiter.error
+        return idle
+    idle = _nothing_pending(query, give_up, force)
+    query.stop()
+    failure = query.exception()
+    if failure is not None:
+        raise failure
+    return idle
+
+
+def _nothing_pending(
+    query: StreamingQuery, give_up: Callable[[], bool], force: threading.Event | None
+) -> bool:
+    """Poll the query's status until its last trigger found nothing to do (True)."""
+    nap = force if force is not None else threading.Event()  # set: wakes the poll at once
+    while query.isActive:
+        if not query.status["isDataAvailable"]:
+            return True
+        if give_up():
+            return False
+        nap.wait(POLL_SECONDS)
+    return True  # ended by itself: AvailableNow FINishes its last batch before it ends
+
+
+class _CaughtUp:
+    """``query.processAllAvailable()`` on a daemon thread; its outcome for the caller."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.done = threading.Event()
+        self.caught_up = False
+        self.error: Exception | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(query,), name="nsqpy-await-idle", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, query: StreamingQuery) -> None:
+        try:
+            query.processAllAvailable()
+            self.caught_up = True
+        except Exception as exc:  # noqa: BLE001 - the query's failure, raised on the caller's thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def wait(self, give_up: Callable[[], bool]) -> bool:
+        """True once the query caught up, False when ``give_up`` said so (or it failed)."""
+        while not self.done.wait(POLL_SECONDS):
+            if give_up():
+                return False
+        return self.caught_up
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
