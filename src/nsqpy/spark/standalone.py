@@ -106,8 +106,7 @@ class ClusterConfig:
         memory_mib(self.memory)
         if not self.host or self.host in ("0.0.0.0", "::"):
             raise ValueError(
-                f"host must be an address the workers and the driver can reach, got "
-                f"{self.host!r}"
+                f"host must be an address the workers and the driver can reach, got {self.host!r}"
             )
         for name in ("master_port", "webui_port"):
             port = getattr(self, name)
