@@ -259,7 +259,8 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str]) -> Daemon:
         log_path = self.work_dir / f"{name}.log"
-        log_file = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        # Truncated: a kept --work-dir must not show the master URL of an earlier run.
+        log_file = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         try:
             proc = subprocess.Popen(
                 list(argv), env=dict(env), cwd=self.work_dir, stdin=subprocess.DEVNULL,
