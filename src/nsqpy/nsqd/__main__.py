@@ -5,8 +5,6 @@ from __future__ import annotations
 import gc
 import sys
 
-from nsqpy._internal import daemon, logs
-from nsqpy.nsqd.app import NSQD, StartupError
 from nsqpy.nsqd.options import parse_nsqd_args
 
 
@@ -23,7 +21,14 @@ def tune_gc() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = parse_nsqd_args(sys.argv[1:] if argv is None else argv)
+    opts = parse_nsqd_args(sys.argv[1:] if argv is None else argv)  # exits on --version
+    # Only now the daemon itself, and of aiohttp only the server until the client is needed
+    # (auth, lookupd queries): imports are most of nsqd's time to its first answer.
+    from nsqpy._internal import aioweb, daemon, logs
+
+    aioweb.import_web()
+    from nsqpy.nsqd.app import NSQD, StartupError
+
     tune_gc()
     log = logs.setup("nsqpy.nsqd", opts.log_prefix, opts.log_level)
     return daemon.run(lambda: NSQD(opts), StartupError, lambda err: log.critical("%s", err))

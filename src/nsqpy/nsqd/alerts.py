@@ -43,12 +43,11 @@ from typing import TYPE_CHECKING, Final, Literal
 from nsqpy._internal.duration import SECOND, format_go_duration, parse_go_duration
 from nsqpy._internal.gostrconv import GoNumError, go_quote, parse_go_int
 from nsqpy.nsqd import records
-from nsqpy.nsqd.diskqueue import DiskQueue
-from nsqpy.nsqd.stats import Stats, rfc3339
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.backend import Backend
     from nsqpy.nsqd.message import Queued
+    from nsqpy.nsqd.stats import Stats
     from nsqpy.nsqd.topic import Topic
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -185,6 +184,8 @@ class QueueView:
 
 def oldest_timestamp(queue: Sequence[Queued], backend: Backend | None) -> int | None:
     """The older of the memory queue's head and the disk queue's head; None when empty."""
+    from nsqpy.nsqd.diskqueue import DiskQueue  # here: the flag parser imports this module
+
     stamps: list[int] = []
     if queue:
         head = queue[0]
@@ -345,6 +346,8 @@ class AlertMonitor:
 
     def stats_text(self, shown: set[tuple[str, str]]) -> list[str]:
         """Lines under the text ``/stats``'s ``Alerts:`` heading."""
+        from nsqpy.nsqd.stats import rfc3339
+
         return [
             f"   [{a.queue}] {a.kind}: {a.amount(a.value)} >= {a.amount(a.threshold)} "
             f"since {rfc3339(a.since)}"

@@ -16,9 +16,6 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Final
 
-import aiohttp
-from aiohttp import web
-
 from nsqpy._internal.listen import ListenError, bound_port, format_address, serve_http
 from nsqpy._version import __version__
 from nsqpy.nsqd import alerts, auth, metadata, stats
@@ -27,15 +24,18 @@ from nsqpy.nsqd.broker import Broker, BrokerConfig
 from nsqpy.nsqd.diskqueue import DiskQueue
 from nsqpy.nsqd.lookup import Lookup, identity
 from nsqpy.nsqd.persistence import DiskStore, MetadataWriter
-from nsqpy.nsqd.redrive import Redrive
-from nsqpy.nsqd.statsd_push import StatsdPusher
 from nsqpy.nsqd.tcp import V2Connection
 from nsqpy.nsqd.topic import Topic
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.identify import ServerLimits
 
 if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp import web
+
     from nsqpy.nsqd.options import NsqdOptions
+    from nsqpy.nsqd.redrive import Redrive
+    from nsqpy.nsqd.statsd_push import StatsdPusher
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -186,10 +186,11 @@ class NSQD:
             self.tls_context = nsqd_tls.server_context(opts)
         except nsqd_tls.TLSConfigError as err:
             raise StartupError(f"failed to build TLS config - {err}") from err
-        try:
-            self.auth_tls_context = nsqd_tls.client_context(opts)
-        except nsqd_tls.TLSConfigError as err:
-            raise StartupError(f"failed to build client TLS config - {err}") from err
+        if opts.auth_http_addresses:  # the system CAs take ~15 ms to load: only when needed
+            try:
+                self.auth_tls_context = nsqd_tls.client_context(opts)
+            except nsqd_tls.TLSConfigError as err:
+                raise StartupError(f"failed to build client TLS config - {err}") from err
         self.limits = dataclasses.replace(self.limits, tls_available=self.tls_context is not None)
 
     async def start(self) -> None:
@@ -359,6 +360,8 @@ class NSQD:
             topic = self.broker.topics.get(topic_name)
             if topic is None:
                 return None
+            from nsqpy.nsqd.redrive import Redrive
+
             job = Redrive(self.broker, topic, origin)
             for _ in itertools.count():
                 if not job.step(self.loop.time(), time.time_ns()):
@@ -389,6 +392,8 @@ class NSQD:
     def _start_statsd(self) -> None:
         opts = self.opts
         if opts.statsd_address:
+            from nsqpy.nsqd.statsd_push import StatsdPusher  # imported only when configured
+
             self._statsd = StatsdPusher(
                 opts,
                 _split_host_port(opts.statsd_address),
@@ -454,6 +459,8 @@ class NSQD:
         """Ask the ``--auth-http-address`` servers (raises ``auth.AuthServerError``)."""
         if self._auth_session is None or self._auth_session.closed:
             opts = self.opts
+            import aiohttp  # the client: imported only when an auth server is asked
+
             self._auth_session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(
                     total=(opts.http_client_connect_timeout + opts.http_client_request_timeout)

@@ -30,11 +30,19 @@ from nsqpy._internal.goflag import (
     parse_go_bool,
 )
 from nsqpy._internal.logs import parse_level
-from nsqpy._internal.origin import check_allowed_origins, origin_flag
 from nsqpy._version import __version__
 from nsqpy.nsqd import policy
 from nsqpy.nsqd.alerts import AGE, DEPTH, Kind, parse_rule
 from nsqpy.protocol.constants import NSQ_VERSION
+
+
+def origin_flag(text: str, current: object) -> object:
+    """``--http-allowed-origin``'s parser, imported when the flag is given: the origin module
+    brings in aiohttp, which ``--version`` and the options alone do not need."""
+    from nsqpy._internal.origin import origin_flag as parse
+
+    return parse(text, current)
+
 
 # Options without a flag: fixed in NSQ, kept as fields too so tests can shorten them.
 CLIENT_TIMEOUT_NS: Final = 60 * SECOND  # default heartbeat interval is half of this
@@ -644,10 +652,13 @@ def validate(opts: NsqdOptions) -> None:
             )
     validate_alerts(opts)
     validate_dead_letters(opts)
-    try:
-        check_allowed_origins(opts.http_allowed_origins)
-    except ValueError as err:
-        raise OptionsError(str(err)) from None
+    if opts.http_allowed_origins:
+        from nsqpy._internal.origin import check_allowed_origins
+
+        try:
+            check_allowed_origins(opts.http_allowed_origins)
+        except ValueError as err:
+            raise OptionsError(str(err)) from None
 
 
 def validate_dead_letters(opts: NsqdOptions) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from nsqpy._internal import daemon, logs
 from nsqpy._internal.goflag import go_log_line
-from nsqpy.nsqlookupd.app import NSQLookupd, StartupError
 from nsqpy.nsqlookupd.options import FATAL_PREFIX, parse_nsqlookupd_args
 
 
@@ -21,7 +19,13 @@ def _report(err: Exception) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    opts = parse_nsqlookupd_args(sys.argv[1:] if argv is None else argv)
+    opts = parse_nsqlookupd_args(sys.argv[1:] if argv is None else argv)  # exits on --version
+    # the daemon only now, and of aiohttp only its server: imports are most of the start-up
+    from nsqpy._internal import aioweb, daemon, logs
+
+    aioweb.import_web()
+    from nsqpy.nsqlookupd.app import NSQLookupd, StartupError
+
     logs.setup("nsqpy.nsqlookupd", opts.log_prefix, opts.log_level)
     return daemon.run(lambda: NSQLookupd(opts), StartupError, _report)
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 import zlib
 from typing import Final, Protocol
 
-import cramjam
-import crc32c
+# cramjam and crc32c are imported where snappy is used, not here: a daemon imports this module
+# at start-up and most never negotiate snappy (crc32c alone costs ~5 ms to import).
 
 
 class CompressionError(ValueError):
@@ -153,6 +153,8 @@ def masked_crc32c(data: bytes) -> int:
 
     The format masks the CRC so that checksumming data that itself holds CRCs stays robust.
     """
+    import crc32c
+
     crc = crc32c.crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF
 
@@ -162,6 +164,8 @@ def _chunk_header(chunk_type: int, length: int) -> bytes:
 
 
 def _encode_block(block: bytes) -> bytes:
+    import cramjam
+
     crc = masked_crc32c(block).to_bytes(_CRC_LEN, "little")
     compressed = bytes(cramjam.snappy.compress_raw(block))
     # Like golang/snappy's Writer: keep the compressed form only if it saves at least 12.5%;
@@ -303,6 +307,8 @@ def _decode_data_chunk(chunk_type: int, body: bytes) -> bytes:
 
 
 def _decompress_block(block: bytes) -> bytes:
+    import cramjam
+
     try:
         # The declared length is checked first so a hostile header cannot make cramjam
         # allocate more than one chunk's worth.

@@ -1,0 +1,131 @@
+"""Start-up imports: ``--version`` imports no daemon, a started daemon no HTTP client.
+
+Each case runs a fresh interpreter, since what matters is what a new process imports; the
+module lists come from ``-X importtime`` (or ``sys.modules``), so nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
+IMPORTED = re.compile(rb"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", re.MULTILINE)
+#: aiohttp's client half: what a daemon needs only for auth servers and lookupd queries.
+CLIENT = {"aiohttp.client", "aiohttp.connector", "aiohttp.client_reqrep"}
+
+
+def imported(stderr: bytes) -> set[str]:
+    return {m.decode() for m in IMPORTED.findall(stderr)}
+
+
+@pytest.mark.parametrize("daemon", ["nsqd", "nsqlookupd"])
+def test_version_imports_neither_the_daemon_nor_aiohttp(daemon: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", f"nsqpy.{daemon}", "--version"],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.startswith(f"{daemon} v1.3.0".encode())
+    modules = imported(done.stderr)
+    assert f"nsqpy.{daemon}.options" in modules  # the list is read right
+    assert not {m for m in modules if m.startswith("aiohttp")}
+    assert f"nsqpy.{daemon}.app" not in modules
+
+
+@pytest.mark.parametrize("daemon", ["nsqd", "nsqlookupd"])
+async def test_a_started_daemon_answers_ping_without_aiohttps_client(
+    daemon: str, tmp_path: Path
+) -> None:
+    extra = [f"--data-path={tmp_path}"] if daemon == "nsqd" else []
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-X", "importtime", "-m", f"nsqpy.{daemon}"),
+        *("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *extra),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    lines: list[bytes] = []
+    ports: dict[bytes, int] = {}
+    try:
+        async with asyncio.timeout(30):
+            while len(ports) < 2:
+                line = await proc.stderr.readline()
+                assert line, b"".join(lines)
+                lines.append(line)
+                if match := LISTENING.search(line):
+                    ports[match.group(1)] = int(match.group(2))
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{ports[b'HTTP']}/ping") as resp,
+        ):
+            assert resp.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            rest = await proc.stderr.read()
+            assert await proc.wait() == 0, b"".join(lines) + rest
+    modules = imported(b"".join(lines) + rest)
+    assert "aiohttp.web_app" in modules  # the server is there
+    assert not modules & CLIENT, sorted(modules & CLIENT)
+
+
+HELPER_SCRIPT = """
+import json, sys
+from nsqpy._internal import aioweb
+web = aioweb.import_web()
+client = {"aiohttp.client", "aiohttp.connector", "aiohttp.client_reqrep"}
+before = sorted(client & set(sys.modules))
+app = web.Application()  # the server half works on its own
+import aiohttp
+import aiohttp.hdrs
+session_type = aiohttp.ClientSession  # the first other name runs the package's __init__
+from aiohttp import ClientTimeout, web as again
+from importlib.metadata import version
+print(json.dumps({
+    "before": before,
+    "session": session_type.__module__,
+    "timeout": ClientTimeout.__module__,
+    "same_web": again is web,
+    "version": aiohttp.__version__ == version("aiohttp"),
+    "all": "ClientSession" in aiohttp.__all__,
+}))
+"""
+
+
+def test_the_client_half_comes_with_the_first_name_that_needs_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", HELPER_SCRIPT], capture_output=True, timeout=60, check=True
+    )
+    result = json.loads(done.stdout)
+    assert result == {
+        "before": [],
+        "session": "aiohttp.client",
+        "timeout": "aiohttp.client",
+        "same_web": True,
+        "version": True,
+        "all": True,
+    }
+
+
+def test_an_aiohttp_imported_already_is_left_alone() -> None:
+    script = (
+        "import aiohttp, sys\n"
+        "from nsqpy._internal import aioweb\n"
+        "before = sys.modules['aiohttp']\n"
+        "aioweb.import_web()\n"
+        "print(sys.modules['aiohttp'] is before and 'aiohttp.client' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == b"True"
