@@ -115,6 +115,71 @@ def test_topic_and_half_open_time_range_select_what_is_replayed(
     assert sorted(m.body for m in consume(nsqd, "f_out", 3)) == [b"first", b"last", b"middle"]
 
 
+def test_times_relative_to_now_select_the_recent_messages(
+    shared_session: SparkSession,
+    nsqd_proc: NsqdFactory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nsqd = nsqd_proc()
+    now = datetime.now(UTC)
+    rows = [
+        ("n1", b"three hours ago", now - timedelta(hours=3)),
+        ("n1", b"half an hour ago", now - timedelta(minutes=30)),
+        ("n1", b"a minute ago", now - timedelta(minutes=1)),
+    ]
+    archive = write_archive(shared_session, tmp_path / "archive", rows)
+
+    code = nsqpy_replay.main([
+        "--input", archive, "--destination-topic", "n_out", "--nsqd-tcp-address",
+        nsqd.tcp_address, "--from=-1h", "--to", "now-10m",
+    ])  # fmt: skip
+
+    assert code == 0
+    assert "replayed 1 messages to n_out" in capsys.readouterr().out
+    assert nsqd.topic_depth("n_out") == 1  # nothing else was published
+    assert [m.body for m in consume(nsqd, "n_out", 1)] == [b"half an hour ago"]
+
+
+def test_a_range_that_selects_nothing_says_so_with_exit_status_3(
+    shared_session: SparkSession,
+    nsqd_proc: NsqdFactory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The usual cause: an example's fixed dates copied on another day."""
+    nsqd = nsqd_proc()
+    archive = write_archive(shared_session, tmp_path / "archive", FILTER_ROWS)
+
+    code = nsqpy_replay.main([
+        "--input", archive, "--destination-topic", "e_out", "--topic", "f1",
+        "--nsqd-tcp-address", nsqd.tcp_address,
+        "--from", "2026-11-21T03:00Z", "--to", "2026-11-21T04:00Z",
+    ])  # fmt: skip
+
+    assert code == 3
+    assert cli.EXIT_NOTHING_SELECTED == 3
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "nsqpy-replay: nothing to replay: no archived message of topic f1 published in "
+        "[2026-11-21T03:00:00Z, 2026-11-21T04:00:00Z); it holds messages published from "
+        "2026-11-22T02:59:59.999999Z to 2026-11-23T03:30:00Z\n"
+    )
+    assert "replayed" not in captured.out
+    topics = nsqd.get("/stats?format=json").get("topics") or []
+    assert [t["topic_name"] for t in topics] == []  # nothing was published
+
+    code = nsqpy_replay.main([
+        "--input", archive, "--destination-topic", "e_out", "--topic", "nosuch",
+        "--nsqd-tcp-address", nsqd.tcp_address,
+    ])  # fmt: skip
+    assert code == 3
+    assert capsys.readouterr().err == (
+        "nsqpy-replay: nothing to replay: no archived message of topic nosuch; "
+        "it holds none of those topics\n"
+    )
+
+
 def test_rate_limit_bounds_the_publish_rate(
     spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path
 ) -> None:

@@ -123,3 +123,34 @@ def test_a_missing_input_is_one_error_line_and_exit_1(
     assert code == 1
     assert capsys.readouterr().err == f"nsqpy-report: error: input path does not exist: {missing}\n"
     assert not (tmp_path / "c.png").exists()
+
+
+def test_a_range_that_selects_nothing_is_exit_3_without_a_chart(
+    shared_session: SparkSession, archive: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "c.png"
+    code = nsqpy_report.main(
+        ["--input", archive, "--chart", str(chart), "--from=-1h", "--topic", "r2"]
+    )
+    assert code == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert re.fullmatch(
+        r"nsqpy-report: nothing to report: no archived message of topic r2 published at or "
+        r"after \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z; it holds messages published "
+        r"from 2026-11-22T03:30:00Z to 2026-11-22T03:30:00Z\n",
+        captured.err,
+    ), captured.err
+    assert not chart.exists()
+
+
+def test_an_empty_archive_is_nothing_to_report(
+    shared_session: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code = nsqpy_report.main(["--input", str(empty), "--chart", str(tmp_path / "c.png")])
+    assert code == 3
+    assert capsys.readouterr().err == (
+        "nsqpy-report: nothing to report: no archived message of any topic; it is empty\n"
+    )

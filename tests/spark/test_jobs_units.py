@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -91,6 +91,36 @@ def test_times_are_utc_unless_an_offset_is_given() -> None:
     assert epoch_micros(datetime(1970, 1, 1, 0, 0, 1, 7, tzinfo=UTC)) == 1_000_007
     with pytest.raises(JobError, match="ISO 8601"):
         parse_utc("yesterday")
+
+
+def test_times_relative_to_now() -> None:
+    now = datetime(2026, 11, 22, 3, 0, tzinfo=UTC)
+    assert parse_utc("now", now) == now
+    assert parse_utc("now-1h", now) == datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+    assert parse_utc("-90m", now) == datetime(2026, 11, 22, 1, 30, tzinfo=UTC)
+    assert parse_utc("now-1h30m", now) == parse_utc("-1.5h", now)
+    assert parse_utc("-250ms", now) == now - timedelta(milliseconds=250)
+    # Without a given "now", the current time (an absolute time ignores it).
+    assert abs(parse_utc("-1h") - (datetime.now(UTC) - timedelta(hours=1))) < timedelta(minutes=1)
+    assert parse_utc("2026-11-22T03:00Z", now - timedelta(days=9)) == now
+    for bad in ("-1d", "now-", "now--1h", "now-+1h", "-", "now -1h"):
+        with pytest.raises(JobError, match="relative to now"):
+            parse_utc(bad, now)
+    with pytest.raises(JobError, match=r"invalid time 'now\+1h'"):
+        parse_utc("now+1h", now)
+
+
+def test_a_selection_says_what_it_selects() -> None:
+    start = datetime(2026, 11, 22, 3, tzinfo=UTC)
+    end = start + timedelta(hours=1, microseconds=5)
+    assert Selection(topics=("a", "b"), start=start, end=end).describe() == (
+        "topic a, b published in [2026-11-22T03:00:00Z, 2026-11-22T04:00:00.000005Z)"
+    )
+    assert (
+        Selection(start=start).describe() == "any topic published at or after 2026-11-22T03:00:00Z"
+    )
+    assert Selection(end=start).describe() == "any topic published before 2026-11-22T03:00:00Z"
+    assert Selection(topics=("a",)).describe() == "topic a"
 
 
 def test_selection_rejects_an_empty_range_and_bad_topics() -> None:

@@ -9,6 +9,7 @@ from typing import Final
 
 from nsqpy.spark.jobs import cli
 from nsqpy.spark.jobs.replay import ReplayConfig, run_replay
+from nsqpy.spark.jobs.selection import nothing_selected
 
 PROG: Final = "nsqpy-replay"
 
@@ -67,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def job() -> None:
         with cli.session(args.master, PROG) as spark:
             result = run_replay(spark, cfg, cli.say)
+            if result.messages == 0:
+                raise nothing_selected(spark, cfg.inputs, cfg.selection, "nothing to replay")
         cli.say(
             f"replayed {result.messages} messages to {cfg.destination_topic} in "
             f"{result.seconds:.1f} s ({result.rate:.0f} msg/s)"

@@ -11,6 +11,7 @@ from typing import Final
 from nsqpy.spark.jobs import cli
 from nsqpy.spark.jobs.report import run_report
 from nsqpy.spark.jobs.report_output import format_report, write_chart
+from nsqpy.spark.jobs.selection import nothing_selected
 
 PROG: Final = "nsqpy-report"
 DEFAULT_CHART: Final = "nsqpy-report.png"
@@ -43,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def job() -> None:
         with cli.session(args.master, PROG) as spark:
             report = run_report(spark, args.input, selection)
+            if report.rows == 0:
+                raise nothing_selected(spark, args.input, selection, "nothing to report")
         cli.say(format_report(report))
         write_chart(report, args.chart)
         cli.say(f"\nchart: {args.chart}")

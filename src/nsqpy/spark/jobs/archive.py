@@ -33,6 +33,7 @@ from nsqpy.protocol.names import is_valid_name
 from nsqpy.spark.jobs import preflight
 from nsqpy.spark.jobs.errors import JobError, spark_failure
 from nsqpy.spark.jobs.layout import (
+    PARQUET_WRITE_OPTIONS,
     PARTITION_COLUMNS,
     SINK_METADATA,
     path_exists,
@@ -125,6 +126,7 @@ def start_archive(spark: SparkSession, cfg: ArchiveConfig) -> StreamingQuery:
         .option("path", cfg.output)
         .option("checkpointLocation", cfg.checkpoint)
         .option("compression", cfg.compression)
+        .options(**PARQUET_WRITE_OPTIONS)
         .partitionBy(*PARTITION_COLUMNS)
         .outputMode("append")
     )

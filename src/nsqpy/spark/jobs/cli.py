@@ -1,7 +1,8 @@
 """What the three job commands share: argument types, common options, errors, signals.
 
 The commands are nsqpy's own tools (argparse, ``--help``), not ports of NSQ's Go utilities.
-Exit codes: 0 done, 1 the job failed (one ``<prog>: error: ...`` line), 2 bad usage.
+Exit codes: 0 done, 1 the job failed (one ``<prog>: error: ...`` line), 2 bad usage, 3 the
+selection matched no archived message (one ``<prog>: nothing to ...`` line).
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ import contextlib
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Final, TypeVar
 
 from pyspark.sql import SparkSession
 
 from nsqpy._internal.duration import SECOND, parse_go_duration
 from nsqpy.spark import SparkSetupError, build_session
-from nsqpy.spark.jobs.errors import JobError
+from nsqpy.spark.jobs.errors import JobError, NothingSelected
+from nsqpy.spark.jobs.layout import PARQUET_WRITE_OPTIONS
 from nsqpy.spark.jobs.selection import Selection, parse_utc
 from nsqpy.spark.jobs.stopping import StopRequest
 
 DEFAULT_MASTER: Final = "local[*]"
+#: Exit status when the selection matched no archived message: the run did no harm, but a
+#: script replaying "the last hour" should be able to tell that nothing was there.
+EXIT_NOTHING_SELECTED: Final = 3
 T = TypeVar("T")
 
 
@@ -83,19 +89,21 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--from", dest="start", type=utc_time, metavar="TIME",
-        help="only messages published at or after TIME (ISO 8601, UTC unless an offset is given)",
+        help="only messages published at or after TIME: ISO 8601 (UTC unless an offset is "
+        "given, e.g. 2026-11-22T03:00Z) or relative to now (now, now-2h, --from=-90m)",
     )  # fmt: skip
     parser.add_argument(
         "--to", dest="end", type=utc_time, metavar="TIME",
-        help="only messages published before TIME",
+        help="only messages published before TIME (same forms as --from)",
     )  # fmt: skip
 
 
 def selection(args: argparse.Namespace) -> Selection:
+    now = datetime.now(UTC)  # one "now" for both ends: --from=-2h --to=-1h is exactly an hour
     return Selection(
         topics=tuple(args.topic),
-        start=None if args.start is None else parse_utc(args.start),
-        end=None if args.end is None else parse_utc(args.end),
+        start=None if args.start is None else parse_utc(args.start, now),
+        end=None if args.end is None else parse_utc(args.end, now),
     )
 
 
@@ -111,8 +119,10 @@ def build(parser: argparse.ArgumentParser, make: Callable[[], T]) -> T:
 def session(master: str, app: str) -> Iterator[SparkSession]:
     """The job's SparkSession with the ``nsq`` data source registered; stopped afterwards."""
     try:
-        # Spark's console progress bar would garble the job's own progress lines.
-        spark = build_session(master, app, {"spark.ui.showConsoleProgress": "false"})
+        # Spark's console progress bar would garble the job's own progress lines. The Parquet
+        # setting is also passed to the archive's writer; here it covers any other write.
+        conf = {"spark.ui.showConsoleProgress": "false", **PARQUET_WRITE_OPTIONS}
+        spark = build_session(master, app, conf)
     except SparkSetupError as exc:
         raise JobError(str(exc)) from None
     spark.sparkContext.setLogLevel("ERROR")
@@ -123,9 +133,13 @@ def session(master: str, app: str) -> Iterator[SparkSession]:
 
 
 def run(prog: str, job: Callable[[], None]) -> int:
-    """Run ``job``; a JobError becomes one line on stderr and exit status 1."""
+    """Run ``job``; a JobError becomes one line on stderr and exit status 1 (3 when nothing
+    was selected)."""
     try:
         job()
+    except NothingSelected as exc:
+        print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_NOTHING_SELECTED
     except JobError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return 1

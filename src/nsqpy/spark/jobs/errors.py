@@ -13,6 +13,10 @@ class JobError(Exception):
     """A job cannot run or failed for a reason worth one line on stderr, not a traceback."""
 
 
+class NothingSelected(JobError):
+    """The job ran, but its selection (topics, time range) matched no archived message."""
+
+
 def spark_failure(what: str, exc: BaseException) -> JobError:
     """A JobError naming the root cause of a Spark failure.
 

@@ -7,8 +7,9 @@ computed from epoch seconds, never with the session time zone, which may be anyt
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
+from types import MappingProxyType
 from typing import Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -25,6 +26,13 @@ ARCHIVED_AT: Final = "archived_at"
 ARCHIVE_SCHEMA: Final = (
     "id string, body binary, timestamp timestamp, attempts int, channel string, nsqd string, "
     "archived_at timestamp, topic string, date date, hour int"
+)
+#: Written for readers outside Spark too: timestamps as INT64 microseconds with the logical type
+#: TIMESTAMP(isAdjustedToUTC=true, MICROS), which Parquet readers take as UTC instants (tested
+#: with pyarrow and pandas). Spark's default, the legacy INT96, reads there as naive times.
+#: Spark reads both, so archives written before (or mixing both) still replay and report.
+PARQUET_WRITE_OPTIONS: Final[Mapping[str, str]] = MappingProxyType(
+    {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 )
 #: A file sink's log of committed files; readers that honour it never see orphaned files.
 SINK_METADATA: Final = "_spark_metadata"
