@@ -45,19 +45,37 @@ def test_unreachable_nsqd_fails_the_query_readably(spark: SparkSession, tmp_path
     assert not query.isActive
 
 
-def test_bad_option_fails_with_its_name(spark: SparkSession, tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="'maxInFlight': not an integer: 'many'") as info:
-        query = (
-            spark.readStream.format("nsq")
-            .options(nsqd="127.0.0.1:4150", topic="t", channel="c", maxInFlight="many")
-            .load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", str(tmp_path / "checkpoint"))
-            .start()
-        )
-        query.awaitTermination(120)
-    assert "ValueError" in str(info.value)
-    with pytest.raises(Exception, match="unknown option 'maxrecordperbatch'"):
-        spark.read.format("nsq").options(
-            nsqd="127.0.0.1:4150", topic="t", channel="c", maxRecordPerBatch="5"
-        ).load().collect()
+@pytest.mark.parametrize(
+    ("read", "extra", "message"),
+    [
+        ("readStream", {"fooBar": "1"}, "nsq source: unknown option 'foobar'"),
+        ("readStream", {"maxInFlight": "many"},
+         "nsq source: option 'maxInFlight': not an integer: 'many'"),
+        ("read", {"maxRecordPerBatch": "5"},
+         "nsq source: unknown option 'maxrecordperbatch'; did you mean 'maxRecordsPerBatch'?"),
+        ("readStream", {"channel": ""}, "nsq source: option 'channel' is required"),
+    ],
+)  # fmt: skip
+def test_a_bad_read_option_fails_load_and_is_the_first_line(
+    spark: SparkSession, read: str, extra: dict[str, str], message: str
+) -> None:
+    from pyspark.errors import AnalysisException
+
+    options = {"nsqd": "127.0.0.1:4150", "topic": "t", "channel": "c", **extra}
+    with pytest.raises(AnalysisException) as info:
+        getattr(spark, read).format("nsq").options(**options).load()  # not the first trigger
+    first_line = str(info.value).splitlines()[0]
+    assert message in first_line, str(info.value)
+    assert "Traceback" not in str(info.value)
+
+
+def test_a_bad_write_option_is_the_first_line(spark: SparkSession) -> None:
+    from pyspark.errors import AnalysisException
+
+    df = spark.createDataFrame([(b"x",)], "body binary")
+    with pytest.raises(AnalysisException) as info:
+        df.write.format("nsq").options(nsqd="127.0.0.1:4150", topic="t", channel="c").mode(
+            "append"
+        ).save()
+    first_line = str(info.value).splitlines()[0]
+    assert "nsq sink: unknown option 'channel': it is an option for reading only" in first_line

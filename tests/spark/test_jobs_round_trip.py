@@ -165,15 +165,14 @@ def test_a_stop_request_waits_until_the_last_batch_is_finished(
     assert not any("twice" in line for line in lines), lines
 
 
-def test_a_bad_source_option_fails_the_job_with_the_sources_message(
-    spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path
+def test_a_bad_source_option_fails_the_job_before_spark_with_the_sources_message(
+    nsqd_proc: NsqdFactory, tmp_path: Path
 ) -> None:
     nsqd = nsqd_proc()
-    cfg = archive_config(
-        nsqd, tmp_path, "rt_bad", available_now=True, source_options={"maxRecordPerBatch": "9"}
-    )
     with pytest.raises(JobError) as failure:
-        run_archive(spark, cfg, print)
+        archive_config(
+            nsqd, tmp_path, "rt_bad", available_now=True, source_options={"maxRecordPerBatch": "9"}
+        )
     assert str(failure.value).startswith(
-        "archive query failed: ValueError: nsq: unknown option 'maxrecordperbatch' for reading"
+        "nsq source: unknown option 'maxrecordperbatch'; did you mean 'maxRecordsPerBatch'?"
     )

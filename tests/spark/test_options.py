@@ -84,8 +84,11 @@ def test_every_read_option() -> None:
         ({"pollTimeout": "-1s"}, "'pollTimeout' must not be negative"),
         ({"commitTick": "maybe"}, "'commitTick': not a boolean"),
         ({"maxBytesPerBatch": str(2 << 30)}, "'maxBytesPerBatch' must be <= 1 GiB"),
-        ({"maxRecordPerBatch": "5"}, "unknown option 'maxrecordperbatch'"),
-        ({"mpubBatch": "5"}, "unknown option 'mpubbatch' for reading"),
+        ({"maxRecordPerBatch": "5"},
+         "unknown option 'maxrecordperbatch'; did you mean 'maxRecordsPerBatch'?"),
+        ({"POLLTIMOUT": "1s"}, "unknown option 'polltimout'; did you mean 'pollTimeout'?"),
+        ({"fooBar": "1"}, "unknown option 'foobar' (option names are case-insensitive"),
+        ({"mpubBatch": "5"}, "unknown option 'mpubbatch': it is an option for writing only"),
         ({"nsq.no_such_option": "1"}, "'nsq.no_such_option': invalid option"),
         ({"nsq.heartbeat_interval": "soon"}, "'nsq.heartbeat_interval': failed to set"),
         ({"nsq.max_in_flight": "5"}, "'nsq.max_in_flight' is set by the source; use maxInFlight"),
@@ -93,9 +96,10 @@ def test_every_read_option() -> None:
     ],
 )
 def test_read_errors_name_the_option(extra: dict[str, str], message: str) -> None:
-    with pytest.raises(ValueError, match=r"^nsq") as info:
+    with pytest.raises(ValueError, match=r"^nsq source: ") as info:
         parse_read_options({**BASE, **extra})
     assert message in str(info.value)
+    assert "\n" not in str(info.value)  # Spark shows it as the first line of its error
 
 
 def test_passthrough_reaches_the_client_config() -> None:
@@ -124,12 +128,16 @@ def test_write_options() -> None:
                                 mpub_max_bytes=1024, client_options=(("client_id", "w"),))
     assert parse_write_options({"nsqd": "a:1", "topic": "t"}).topic == "t"
     assert parse_write_options({"nsqd": "a:1"}).mpub_max_bytes == 4 * 1024 * 1024
-    with pytest.raises(ValueError, match=r"'nsqd' .* is required"):
+    with pytest.raises(ValueError, match=r"^nsq sink: option 'nsqd' .* is required"):
         parse_write_options({"topic": "t"})
-    with pytest.raises(ValueError, match="unknown option 'channel' for writing"):
+    with pytest.raises(
+        ValueError, match=r"^nsq sink: unknown option 'channel': it is an option for reading only"
+    ):
         parse_write_options({"nsqd": "a:1", "channel": "c"})
-    with pytest.raises(ValueError, match="'topic': invalid NSQ name"):
+    with pytest.raises(ValueError, match=r"^nsq sink: option 'topic': invalid NSQ name"):
         parse_write_options({"nsqd": "a:1", "topic": "a b"})
+    with pytest.raises(ValueError, match=r"^nsq sink: option 'mpubBatch': not an integer"):
+        parse_write_options({"nsqd": "a:1", "mpubbatch": "many"})
 
 
 def test_offsets_round_trip_and_reject_garbage() -> None:

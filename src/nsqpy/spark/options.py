@@ -7,11 +7,13 @@ durations use Go syntax (``120s``, ``500ms``) like every other nsqpy flag, boole
 ``strconv.ParseBool`` forms (``true``/``false``/``1``/``0``...).
 
 Unknown options are rejected by name: a misspelt ``maxRecordPerBatch`` would otherwise be
-ignored and the query would run with the default.
+ignored and the query would run with the default. Every message starts with ``nsq source:`` or
+``nsq sink:`` and names the option, since it becomes the first line of Spark's error (source.py).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -47,16 +49,18 @@ _OWNED_BY_SOURCE: Final = {
 #: Options Spark itself may add to a data source's options (not ours to reject).
 _SPARK_KEYS: Final = frozenset({"path", "paths", "checkpointlocation", "queryname"})
 
-READ_KEYS: Final = frozenset(
-    k.lower()
-    for k in (
-        "nsqd", "lookupd", "topic", "channel", "maxInFlight", "maxRecordsPerBatch",
-        "maxBytesPerBatch", "minRecordsPerBatch", "maxTriggerDelay", "msgTimeout",
-        "numPartitions", "pollTimeout", "commitTick", "requeueOnStop", "maxRecords",
-        "idleTimeout",
-    )
-)
-WRITE_KEYS: Final = frozenset(k.lower() for k in ("nsqd", "topic", "mpubBatch", "mpubMaxBytes"))
+READ_NAMES: Final = (
+    "nsqd", "lookupd", "topic", "channel", "maxInFlight", "maxRecordsPerBatch",
+    "maxBytesPerBatch", "minRecordsPerBatch", "maxTriggerDelay", "msgTimeout",
+    "numPartitions", "pollTimeout", "commitTick", "requeueOnStop", "maxRecords",
+    "idleTimeout",
+)  # fmt: skip
+WRITE_NAMES: Final = ("nsqd", "topic", "mpubBatch", "mpubMaxBytes")
+READ_KEYS: Final = frozenset(k.lower() for k in READ_NAMES)
+WRITE_KEYS: Final = frozenset(k.lower() for k in WRITE_NAMES)
+#: Who speaks in the messages: the reader or the writer.
+SOURCE: Final = "nsq source"
+SINK: Final = "nsq sink"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +118,14 @@ _WRITE_DEFAULTS: Final = WriteOptions(nsqd=())
 
 
 class _Lookup:
-    """Case-insensitive read access to Spark's option mapping (never ``dict()`` it)."""
+    """Case-insensitive read access to Spark's option mapping (never ``dict()`` it).
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    ``who`` (``nsq source`` or ``nsq sink``) starts every error message.
+    """
+
+    def __init__(self, options: Mapping[str, str], who: str) -> None:
         self._values = {str(k).lower(): str(v) for k, v in options.items()}
+        self.who = who
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
@@ -138,19 +146,19 @@ class _Lookup:
 
 def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     """Validate the options of ``spark.read(Stream).format("nsq")``; ValueError names the option."""
-    opts = _Lookup(options)
-    _reject_unknown(opts, READ_KEYS, "reading")
+    opts = _Lookup(options, SOURCE)
+    _reject_unknown(opts, READ_NAMES, WRITE_NAMES)
     nsqd, lookupd = _nsqd_list(opts, "nsqd"), _lookupd_list(opts)
     if not nsqd and not lookupd:
-        raise ValueError("nsq source: option 'nsqd' (host:port,...) or 'lookupd' is required")
+        raise ValueError(f"{SOURCE}: option 'nsqd' (host:port,...) or 'lookupd' is required")
     max_in_flight = _int(opts, "maxInFlight", _READ_DEFAULTS.max_in_flight, 1)
     max_bytes = _int(opts, "maxBytesPerBatch", _READ_DEFAULTS.max_bytes_per_batch, 1)
     if max_bytes > MAX_BYTES_PER_BATCH:
-        raise ValueError(f"nsq source: option 'maxBytesPerBatch' must be <= 1 GiB, got {max_bytes}")
+        raise ValueError(f"{SOURCE}: option 'maxBytesPerBatch' must be <= 1 GiB, got {max_bytes}")
     msg_timeout = _duration(opts, "msgTimeout", _READ_DEFAULTS.msg_timeout)
     if not MIN_MSG_TIMEOUT <= msg_timeout <= MAX_MSG_TIMEOUT:
         raise ValueError(
-            f"nsq source: option 'msgTimeout' must be between 1s and 15m "
+            f"{SOURCE}: option 'msgTimeout' must be between 1s and 15m "
             f"(nsqd's --max-msg-timeout), got {opts.get('msgTimeout')!r}"
         )
     client_options = _client_options(opts, reading=True)
@@ -181,11 +189,11 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """Validate the options of ``df.write(Stream).format("nsq")``."""
-    opts = _Lookup(options)
-    _reject_unknown(opts, WRITE_KEYS, "writing")
+    opts = _Lookup(options, SINK)
+    _reject_unknown(opts, WRITE_NAMES, READ_NAMES)
     nsqd = _nsqd_list(opts, "nsqd")
     if not nsqd:
-        raise ValueError("nsq sink: option 'nsqd' (host:port,...) is required")
+        raise ValueError(f"{SINK}: option 'nsqd' (host:port,...) is required")
     topic = _name(opts, "topic") if opts.get("topic") else None
     return WriteOptions(
         nsqd=nsqd,
@@ -199,23 +207,32 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
 # --- single values ---------------------------------------------------------------------------
 
 
-def _reject_unknown(opts: _Lookup, known: frozenset[str], role: str) -> None:
+def _reject_unknown(opts: _Lookup, names: tuple[str, ...], other: tuple[str, ...]) -> None:
+    """Refuse keys that are not ours, naming the option meant when it looks misspelt."""
+    known = {name.lower(): name for name in names}
     for key in opts:
         if key in known or key in _SPARK_KEYS or key.startswith(PASSTHROUGH_PREFIX):
             continue
+        role = "writing" if opts.who == SOURCE else "reading"
+        if key in {name.lower() for name in other}:
+            hint = f": it is an option for {role} only"
+        elif close := difflib.get_close_matches(key, known, n=1, cutoff=0.75):
+            hint = f"; did you mean {known[close[0]]!r}?"
+        else:
+            hint = ""
         raise ValueError(
-            f"nsq: unknown option {key!r} for {role} (options are case-insensitive; "
-            f"see docs/spark.md for the list)"
+            f"{opts.who}: unknown option {key!r}{hint} "
+            "(option names are case-insensitive; docs/spark.md lists them)"
         )
 
 
 def _name(opts: _Lookup, name: str) -> str:
     value = opts.get(name)
     if not value:
-        raise ValueError(f"nsq: option {name!r} is required")
+        raise ValueError(f"{opts.who}: option {name!r} is required")
     if not is_valid_name(value):
         raise ValueError(
-            f"nsq: option {name!r}: invalid NSQ name {value!r} "
+            f"{opts.who}: option {name!r}: invalid NSQ name {value!r} "
             "(1-64 characters of [.a-zA-Z0-9_-], optionally ending in #ephemeral)"
         )
     return value
@@ -228,7 +245,7 @@ def _nsqd_list(opts: _Lookup, name: str) -> tuple[str, ...]:
             split_address(address)
         except ValueError:
             raise ValueError(
-                f"nsq: option {name!r}: invalid address {address!r} (want host:port)"
+                f"{opts.who}: option {name!r}: invalid address {address!r} (want host:port)"
             ) from None
         out.append(address)
     return tuple(out)
@@ -241,7 +258,7 @@ def _lookupd_list(opts: _Lookup) -> tuple[str, ...]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None:
             raise ValueError(
-                f"nsq: option 'lookupd': invalid HTTP address {address!r} "
+                f"{opts.who}: option 'lookupd': invalid HTTP address {address!r} "
                 "(want host:port or http://host:port)"
             )
         out.append(address)
@@ -259,9 +276,9 @@ def _int(opts: _Lookup, name: str, default: int, minimum: int) -> int:
     try:
         value = parse_go_int(text)
     except GoNumError:
-        raise ValueError(f"nsq: option {name!r}: not an integer: {text!r}") from None
+        raise ValueError(f"{opts.who}: option {name!r}: not an integer: {text!r}") from None
     if value < minimum:
-        raise ValueError(f"nsq: option {name!r} must be >= {minimum}, got {value}")
+        raise ValueError(f"{opts.who}: option {name!r} must be >= {minimum}, got {value}")
     return value
 
 
@@ -273,13 +290,14 @@ def _duration(opts: _Lookup, name: str, default: float) -> float:
         ns = parse_go_duration(text)
     except ValueError:
         raise ValueError(
-            f"nsq: option {name!r}: invalid duration {text!r} (Go syntax, e.g. 120s, 500ms, 2m)"
+            f"{opts.who}: option {name!r}: invalid duration {text!r} "
+            "(Go syntax, e.g. 120s, 500ms, 2m)"
         ) from None
     if ns < 0:
-        raise ValueError(f"nsq: option {name!r} must not be negative, got {text!r}")
+        raise ValueError(f"{opts.who}: option {name!r} must not be negative, got {text!r}")
     seconds = ns / SECOND
     if not math.isfinite(seconds):
-        raise ValueError(f"nsq: option {name!r}: duration out of range: {text!r}")
+        raise ValueError(f"{opts.who}: option {name!r}: duration out of range: {text!r}")
     return seconds
 
 
@@ -290,7 +308,9 @@ def _bool(opts: _Lookup, name: str, default: bool) -> bool:
     try:
         return parse_go_bool(text)
     except GoNumError:
-        raise ValueError(f"nsq: option {name!r}: not a boolean: {text!r} (true/false)") from None
+        raise ValueError(
+            f"{opts.who}: option {name!r}: not a boolean: {text!r} (true/false)"
+        ) from None
 
 
 def _client_options(opts: _Lookup, *, reading: bool) -> tuple[tuple[str, str], ...]:
@@ -300,9 +320,9 @@ def _client_options(opts: _Lookup, *, reading: bool) -> tuple[tuple[str, str], .
     for name, text in pairs:
         owner = _OWNED_BY_SOURCE.get(name)
         if reading and owner is not None:
-            raise ValueError(f"nsq: option 'nsq.{name}' is set by the source; use {owner}")
+            raise ValueError(f"{opts.who}: option 'nsq.{name}' is set by the source; use {owner}")
         try:
             probe.set(name, text)
         except ValueError as exc:
-            raise ValueError(f"nsq: option 'nsq.{name}': {exc}") from None
+            raise ValueError(f"{opts.who}: option 'nsq.{name}': {exc}") from None
     return pairs

@@ -41,6 +41,7 @@ from nsqpy.spark.jobs.layout import (
 )
 from nsqpy.spark.jobs.progress import BatchLog, Emit, Totals
 from nsqpy.spark.jobs.stopping import StopRequest, stop_cleanly
+from nsqpy.spark.options import parse_read_options
 
 DEFAULT_CHANNEL: Final = "nsqpy_archive"
 COMPRESSIONS: Final = ("snappy", "zstd", "gzip", "lz4", "none")
@@ -78,19 +79,29 @@ class ArchiveConfig:
             raise JobError(f"unknown compression {self.compression!r}: one of {COMPRESSIONS}")
         if self.trigger_seconds <= 0:
             raise JobError("--trigger must be positive")
+        try:  # the source's own check, before Spark wraps its message in a traceback
+            parse_read_options(source_options(self, self.topics[0]))
+        except ValueError as exc:
+            raise JobError(str(exc)) from None
+
+
+def source_options(cfg: ArchiveConfig, topic: str) -> dict[str, str]:
+    """The ``nsq`` source's options for ``topic``; ``cfg.source_options`` come last and win."""
+    options = {"topic": topic, "channel": cfg.channel}
+    if cfg.nsqd_tcp_addresses:
+        options["nsqd"] = ",".join(cfg.nsqd_tcp_addresses)
+    else:
+        options["lookupd"] = ",".join(cfg.lookupd_http_addresses)
+    if cfg.max_in_flight is not None:
+        options["maxInFlight"] = str(cfg.max_in_flight)
+    if cfg.max_records_per_batch is not None:
+        options["maxRecordsPerBatch"] = str(cfg.max_records_per_batch)
+    options.update(cfg.source_options)
+    return options
 
 
 def source_frame(spark: SparkSession, cfg: ArchiveConfig, topic: str) -> DataFrame:
-    reader = spark.readStream.format("nsq").option("topic", topic).option("channel", cfg.channel)
-    if cfg.nsqd_tcp_addresses:
-        reader = reader.option("nsqd", ",".join(cfg.nsqd_tcp_addresses))
-    else:
-        reader = reader.option("lookupd", ",".join(cfg.lookupd_http_addresses))
-    if cfg.max_in_flight is not None:
-        reader = reader.option("maxInFlight", str(cfg.max_in_flight))
-    if cfg.max_records_per_batch is not None:
-        reader = reader.option("maxRecordsPerBatch", str(cfg.max_records_per_batch))
-    return reader.options(**cfg.source_options).load()
+    return spark.readStream.format("nsq").options(**source_options(cfg, topic)).load()
 
 
 def archive_frame(spark: SparkSession, cfg: ArchiveConfig) -> DataFrame:
