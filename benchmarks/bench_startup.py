@@ -10,8 +10,10 @@ are measured the same way unless ``--daemons`` says otherwise.
 Bytecode: by default the daemons run as installed, with compiled bytecode (``__pycache__``,
 written by one untimed warm-up run per daemon; ``PYTHONDONTWRITEBYTECODE`` is dropped for the
 children, since with it set and no ``.pyc`` files a checkout recompiles every module of nsqpy
-at every start, which then dominates). ``--cold`` measures exactly that case: every module
-compiled from source at each start (an empty ``PYTHONPYCACHEPREFIX``).
+at every start). ``--cold`` measures exactly that case: the daemons run from a copy of
+``src/`` without ``__pycache__`` and with ``PYTHONDONTWRITEBYTECODE=1``, so nsqpy's modules
+are compiled at each start while the standard library's and the dependencies' are not. (With
+``--cmd``, give the command its own ``PYTHONPATH`` and environment instead.)
 
 Wall time is what a user waits; on a busy machine it mostly measures the others. So each
 figure also has the daemon's own CPU time (user + system) up to that point, from
@@ -45,19 +47,13 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 Sample = tuple[float, float]  # wall seconds, CPU seconds
 
 
-_COLD_PREFIX = tempfile.mkdtemp(prefix="nsqpy-bench-nopyc-")  # stays empty
-
-
 def _env(args: argparse.Namespace) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")) if p
-    )
+    src = args.cold_src or str(ROOT / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, str(ROOT), env.get("PYTHONPATH", "")) if p)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.pop("PYTHONPYCACHEPREFIX", None)
     if args.cold:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env["PYTHONPYCACHEPREFIX"] = _COLD_PREFIX
     return env
 
 
@@ -175,9 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--cmd needs exactly one of --daemons")
     if args.runs < 1:
         p.error("--runs must be at least 1")
+    args.cold_src = ""
+    if args.cold:  # nsqpy without its bytecode, the rest as installed
+        args.cold_src = os.path.join(tempfile.mkdtemp(prefix="nsqpy-bench-cold-"), "src")
+        shutil.copytree(ROOT / "src", args.cold_src, ignore=shutil.ignore_patterns("__pycache__"))
     load = os.getloadavg()[0]
     print(f"load average at start: {load:.2f}" + ("  (not quiet: > 0.5)" if load > 0.5 else ""))
-    print("bytecode: " + ("none, every module compiled at each start" if args.cold else "cached"))
+    print("bytecode: " + ("none for nsqpy, compiled at each start" if args.cold else "cached"))
     for daemon in daemons:
         # interleaved, so that a noisy moment hits both figures alike
         version, ping = [], []
