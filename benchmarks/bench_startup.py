@@ -178,15 +178,19 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"load average at start: {load:.2f}" + ("  (not quiet: > 0.5)" if load > 0.5 else ""))
     print("bytecode: " + ("none for nsqpy, compiled at each start" if args.cold else "cached"))
-    for daemon in daemons:
-        # interleaved, so that a noisy moment hits both figures alike
-        version, ping = [], []
-        time_ping(args, daemon)  # warm-up, untimed: writes the bytecode cache if missing
-        for _ in range(args.runs):
-            version.append(time_version(args, daemon))
-            ping.append(time_ping(args, daemon))
-        print(_line(f"{daemon} --version", version))
-        print(_line(f"{daemon} spawn to /ping 200", ping))
+    try:
+        for daemon in daemons:
+            # interleaved, so that a noisy moment hits both figures alike
+            version, ping = [], []
+            time_ping(args, daemon)  # warm-up, untimed: writes the bytecode cache if missing
+            for _ in range(args.runs):
+                version.append(time_version(args, daemon))
+                ping.append(time_ping(args, daemon))
+            print(_line(f"{daemon} --version", version))
+            print(_line(f"{daemon} spawn to /ping 200", ping))
+    finally:
+        if args.cold_src:
+            shutil.rmtree(os.path.dirname(args.cold_src), ignore_errors=True)
     return 0
 
 
