@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -110,3 +112,40 @@ def test_stop_when_idle_stops_once_every_row_is_written_and_finished(
     wait_until(lambda: settled(nsqd, "idle", 2500), 10, "every message FINished")
     stats = nsqd.channel("idle", "spark")
     assert (stats["requeue_count"], stats["timeout_count"]) == (0, 0)
+
+
+def test_stop_when_idle_gives_up_when_forced_and_loses_nothing(
+    spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path
+) -> None:
+    """A query that keeps getting messages never catches up: ``force`` stops it anyway."""
+    nsqd = nsqd_proc("--max-rdy-count=10000")
+    nsqd.create_channel("busy", "spark")
+    query = (
+        spark.readStream.format("nsq")
+        .options(**read_options(nsqd, "busy", maxInFlight=3000))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    force = threading.Event()
+    try:
+        with Trickle(nsqd.tcp_address, "busy", rate=200) as trickle:
+            wait_until(lambda: nsqd.channel("busy", "spark").get("in_flight_count", 0) > 0, 60,
+                       "the source to hold messages")
+            force.set()
+            began = time.monotonic()
+            assert stop_when_idle(query, timeout=120, force=force) is False
+            took = time.monotonic() - began
+        assert trickle.error is None
+    finally:
+        query.stop()
+    assert not query.isActive
+    assert took < 30, f"a forced stop took {took:.1f} s"
+    # what the source held went back to nsqd at once (REQ), none of it waits for a timeout
+    wait_until(lambda: nsqd.channel("busy", "spark")["in_flight_count"] == 0, 15,
+               "held messages back in nsqd")
+    stats = nsqd.channel("busy", "spark")
+    assert stats["timeout_count"] == 0
+    assert stats["message_count"] == trickle.sent
