@@ -18,9 +18,9 @@ import gc
 import time
 from collections.abc import Callable
 
-from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.client import ClientState
-from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.client import ClientState
+from nsqpy.nsqd.core.message import Message
 
 BATCH = 100  # messages per MPUB / per read's FINs
 RDY = 2500  # bench_reader's window
@@ -36,7 +36,7 @@ def entries(count: int) -> list[tuple[bytes, bytes, int]]:
 def make_channel(count: int, policy: bool) -> Channel:
     channel = Channel("t", "c", mem_queue_size=count + 1, max_msg_timeout=900.0)
     if policy:
-        from nsqpy.nsqd.policy import Effective  # absent from trees without dead letters
+        from nsqpy.nsqd.core.policy import Effective  # absent from trees without dead letters
 
         channel.apply_policy(Effective(5, 3600 * 10**9, "t.dead"))
     return channel

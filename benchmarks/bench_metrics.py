@@ -25,9 +25,9 @@ import timeit
 
 import aiohttp
 
-from nsqpy.nsqd import alerts, metrics, stats
 from nsqpy.nsqd.app import NSQD
-from nsqpy.nsqd.broker import Broker
+from nsqpy.nsqd.core.broker import Broker
+from nsqpy.nsqd.observe import alerts, metrics, stats
 from nsqpy.nsqd.options import NsqdOptions
 
 

@@ -10,7 +10,7 @@ from conftest import NsqdFactory, wait_for
 
 from nsqpy.client import Config, Consumer, Message, Producer
 from nsqpy.nsqd.app import NSQD
-from nsqpy.nsqd.client import STATE_CLOSING
+from nsqpy.nsqd.core.client import STATE_CLOSING
 
 
 def addr(daemon: NSQD) -> str:

@@ -17,8 +17,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from v2client import RawV2
 
 from nsqpy._internal.duration import MILLISECOND, SECOND
-from nsqpy.nsqd import alerts, records
-from nsqpy.nsqd.alerts import (
+from nsqpy.nsqd.app import NSQD, StartupError
+from nsqpy.nsqd.core import records
+from nsqpy.nsqd.core.broker import Broker, BrokerConfig
+from nsqpy.nsqd.core.message import Message
+from nsqpy.nsqd.observe import alerts
+from nsqpy.nsqd.observe.alerts import (
     AGE,
     DEPTH,
     AlertMonitor,
@@ -26,11 +30,8 @@ from nsqpy.nsqd.alerts import (
     QueueView,
     parse_rule,
 )
-from nsqpy.nsqd.app import NSQD, StartupError
-from nsqpy.nsqd.broker import Broker, BrokerConfig
-from nsqpy.nsqd.diskqueue import DiskQueue
-from nsqpy.nsqd.message import Message
-from nsqpy.nsqd.stats import rfc3339
+from nsqpy.nsqd.observe.stats import rfc3339
+from nsqpy.nsqd.storage.diskqueue import DiskQueue
 
 T0 = 1_700_000_000 * SECOND
 LOG = logging.getLogger("test.alerts")

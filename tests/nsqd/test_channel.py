@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nsqpy.nsqd.broker import Broker, BrokerConfig
-from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.client import STATE_CLOSING, ClientState
-from nsqpy.nsqd.errors import InFlightError, QueueFull, TooManyConsumers
-from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.core.broker import Broker, BrokerConfig
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.client import STATE_CLOSING, ClientState
+from nsqpy.nsqd.core.errors import InFlightError, QueueFull, TooManyConsumers
+from nsqpy.nsqd.core.message import Message
 
 
 class Sink:
@@ -299,7 +299,7 @@ def test_guid_unique_and_increasing_even_past_4096_per_tick() -> None:
 
 def test_guid_layout_matches_nsqd() -> None:
     """((ts - epoch) << 22) | (node << 12) | sequence, as 16 hex digits."""
-    from nsqpy.nsqd.guid import EPOCH, GuidFactory
+    from nsqpy.nsqd.core.guid import EPOCH, GuidFactory
 
     now_ns = NOW_NS
     first, second = GuidFactory(5).new_ids(2, now_ns)

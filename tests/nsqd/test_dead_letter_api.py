@@ -17,7 +17,7 @@ from v2client import RawV2
 
 from nsqpy._internal.duration import SECOND
 from nsqpy.nsqd.app import NSQD
-from nsqpy.nsqd.policy import KEYS
+from nsqpy.nsqd.core.policy import KEYS
 
 #: nsqd v1.3.0's channel keys in /stats, in order; nsqpy's five follow only when in use.
 NSQD_CHANNEL_KEYS = [

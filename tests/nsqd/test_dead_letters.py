@@ -10,15 +10,15 @@ import pytest
 from test_channel import Sink
 
 from nsqpy._internal.duration import SECOND
-from nsqpy.nsqd.backend import DiskHooks
-from nsqpy.nsqd.broker import Broker, BrokerConfig
-from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.diskqueue import DiskQueue
-from nsqpy.nsqd.message import DeadLetter, Message, materialize
+from nsqpy.nsqd.core.backend import DiskHooks
+from nsqpy.nsqd.core.broker import Broker, BrokerConfig
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.message import DeadLetter, Message, materialize
+from nsqpy.nsqd.core.policy import NodeDefaults
+from nsqpy.nsqd.core.redrive import Redrive
+from nsqpy.nsqd.core.topic import Topic
 from nsqpy.nsqd.options import NsqdOptions
-from nsqpy.nsqd.policy import NodeDefaults
-from nsqpy.nsqd.redrive import Redrive
-from nsqpy.nsqd.topic import Topic
+from nsqpy.nsqd.storage.diskqueue import DiskQueue
 
 T0 = 1_700_000_000 * SECOND
 
@@ -290,7 +290,7 @@ def test_dead_letter_topics_are_not_policed_by_node_defaults() -> None:
 
 
 def test_refused_settings_change_nothing() -> None:
-    from nsqpy.nsqd.policy import SettingsError
+    from nsqpy.nsqd.core.policy import SettingsError
 
     clock = Clock()
     broker = make_broker(clock)

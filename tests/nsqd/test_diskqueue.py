@@ -21,7 +21,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsqpy.nsqd.diskqueue import DiskQueue, DiskQueueError
+from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError
 
 MAX_RECORD = 1024
 LOG = logging.getLogger("test.diskqueue")

@@ -18,10 +18,10 @@ from http_reply import HttpApi
 from v2client import RawV2
 
 from nsqpy.nsqd.app import NSQD
-from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.client import ClientState
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.client import ClientState
+from nsqpy.nsqd.core.topic import Topic
 from nsqpy.nsqd.options import parse_nsqd_args
-from nsqpy.nsqd.topic import Topic
 
 MS = 1_000_000
 FLAGS = [

@@ -22,7 +22,7 @@ from v2client import RawV2
 from nsqpy._internal import gojson
 from nsqpy._internal.http_api import QueryParams, clean_path, sniff_content_type
 from nsqpy.nsqd.app import NSQD
-from nsqpy.nsqd.diskqueue import DiskQueueError
+from nsqpy.nsqd.storage.diskqueue import DiskQueueError
 
 
 class Api(HttpApi):

@@ -21,9 +21,9 @@ import pytest
 from conftest import NsqdFactory, wait_for
 from v2client import RawV2
 
-from nsqpy.nsqd import metadata
 from nsqpy.nsqd.app import NSQD
-from nsqpy.nsqd.persistence import MetadataWriter
+from nsqpy.nsqd.storage import metadata
+from nsqpy.nsqd.storage.persistence import MetadataWriter
 
 #: Longest a held write waits for the test to let it go (a failing test must not hang).
 GATE_TIMEOUT = 20.0

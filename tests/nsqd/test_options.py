@@ -13,6 +13,7 @@ import pytest
 
 from nsqpy import __version__
 from nsqpy._internal.duration import HOUR, MILLISECOND, MINUTE, SECOND
+from nsqpy.nsqd.core.policy import NodeDefaults
 from nsqpy.nsqd.options import (
     CFG_NAMES,
     CLIENT_TIMEOUT_NS,
@@ -30,7 +31,6 @@ from nsqpy.nsqd.options import (
     validate,
     validate_config,
 )
-from nsqpy.nsqd.policy import NodeDefaults
 
 FATAL_LINE = r"\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} FATAL: "
 

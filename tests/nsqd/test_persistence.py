@@ -12,9 +12,9 @@ import pytest
 from conftest import wait_for
 from v2client import RawV2
 
-from nsqpy.nsqd import metadata
 from nsqpy.nsqd.app import NSQD, StartupError
 from nsqpy.nsqd.options import NsqdOptions
+from nsqpy.nsqd.storage import metadata
 
 
 class Daemons:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from nsqpy._internal.duration import HOUR, MINUTE, SECOND
-from nsqpy.nsqd.policy import (
+from nsqpy.nsqd.core.policy import (
     NodeDefaults,
     Settings,
     SettingsError,

@@ -1,4 +1,4 @@
-"""``nsqpy.nsqd.quantile``: CKMS targeted streams and NSQ's two-stream sliding window.
+"""``nsqpy.nsqd.core.quantile``: CKMS targeted streams and NSQ's two-stream sliding window.
 
 Time is injected (``now_ns``), so window rotation is tested without waiting. The optimised
 stream is checked entry for entry against a plain transcription of perks' algorithm.
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from nsqpy.nsqd.quantile import (
+from nsqpy.nsqd.core.quantile import (
     BUFFER_SIZE,
     EPSILON,
     NOT_TRACKED,

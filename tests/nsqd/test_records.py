@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nsqpy.nsqd.records import MAX_EXTENSION_SIZE, decode, encode
+from nsqpy.nsqd.core.records import MAX_EXTENSION_SIZE, decode, encode
 
 
 def test_plain_record_is_nsqs_payload_byte_for_byte() -> None:

@@ -1,4 +1,4 @@
-"""``nsqpy.nsqd.stats`` without a daemon: snapshots of a broker, JSON quirks, exact text."""
+"""``nsqpy.nsqd.observe.stats`` without a daemon: snapshots of a broker, JSON quirks, exact text."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from nsqpy._internal import gojson
-from nsqpy.nsqd import stats
-from nsqpy.nsqd.broker import Broker, BrokerConfig
-from nsqpy.nsqd.client import STATE_SUBSCRIBED, ClientState
-from nsqpy.nsqd.message import Message
+from nsqpy.nsqd.core.broker import Broker, BrokerConfig
+from nsqpy.nsqd.core.client import STATE_SUBSCRIBED, ClientState
+from nsqpy.nsqd.core.message import Message
+from nsqpy.nsqd.observe import stats
 from nsqpy.protocol.identify import ClientSettings
 
 NOW_NS = 1_700_000_100 * 1_000_000_000

@@ -19,8 +19,8 @@ from conftest import NsqdFactory, wait_for
 from http_reply import HttpApi
 from v2client import RawV2
 
-from nsqpy.nsqd import statsd
-from nsqpy.nsqd.stats import ChannelStats, MemoryStats, PolicyStats, Stats, TopicStats
+from nsqpy.nsqd.observe import statsd
+from nsqpy.nsqd.observe.stats import ChannelStats, MemoryStats, PolicyStats, Stats, TopicStats
 
 MS = 1_000_000
 LINE = re.compile(r"^(?P<name>[^:]+):(?P<value>-?\d+)\|(?P<type>[cg])$")

@@ -12,7 +12,7 @@ from conftest import NsqdFactory, wait_for
 from v2client import RawV2
 
 from nsqpy.nsqd.app import NSQD
-from nsqpy.nsqd.diskqueue import DiskQueueError
+from nsqpy.nsqd.storage.diskqueue import DiskQueueError
 
 # The adapter must work on both loops nsqd can run on (uvloop when installed, else asyncio).
 pytestmark = pytest.mark.both_loops

@@ -109,7 +109,7 @@ async def roundtrip(
 
 
 def client_stats(nsqd: NSQD) -> list[dict[str, Any]]:
-    from nsqpy.nsqd.stats import client_stats as one
+    from nsqpy.nsqd.observe.stats import client_stats as one
 
     return [one(conn).to_json() for conn in nsqd.clients.values()]
 

@@ -18,14 +18,16 @@ from typing import TYPE_CHECKING, Final
 
 from nsqpy._internal.listen import ListenError, bound_port, format_address, serve_http
 from nsqpy._version import __version__
-from nsqpy.nsqd import alerts, auth, metadata, stats
-from nsqpy.nsqd import tls as nsqd_tls
-from nsqpy.nsqd.broker import Broker, BrokerConfig
-from nsqpy.nsqd.diskqueue import DiskQueue
-from nsqpy.nsqd.lookup import Lookup, identity
-from nsqpy.nsqd.persistence import DiskStore, MetadataWriter
-from nsqpy.nsqd.tcp import V2Connection
-from nsqpy.nsqd.topic import Topic
+from nsqpy.nsqd.core import auth
+from nsqpy.nsqd.core.broker import Broker, BrokerConfig
+from nsqpy.nsqd.core.topic import Topic
+from nsqpy.nsqd.observe import alerts, stats
+from nsqpy.nsqd.server import tls as nsqd_tls
+from nsqpy.nsqd.server.lookup import Lookup, identity
+from nsqpy.nsqd.server.tcp import V2Connection
+from nsqpy.nsqd.storage import metadata
+from nsqpy.nsqd.storage.diskqueue import DiskQueue
+from nsqpy.nsqd.storage.persistence import DiskStore, MetadataWriter
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.identify import ServerLimits
 
@@ -33,9 +35,9 @@ if TYPE_CHECKING:
     import aiohttp
     from aiohttp import web
 
+    from nsqpy.nsqd.core.redrive import Redrive
     from nsqpy.nsqd.options import NsqdOptions
-    from nsqpy.nsqd.redrive import Redrive
-    from nsqpy.nsqd.statsd_push import StatsdPusher
+    from nsqpy.nsqd.server.statsd_push import StatsdPusher
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -360,7 +362,7 @@ class NSQD:
             topic = self.broker.topics.get(topic_name)
             if topic is None:
                 return None
-            from nsqpy.nsqd.redrive import Redrive
+            from nsqpy.nsqd.core.redrive import Redrive
 
             job = Redrive(self.broker, topic, origin)
             for _ in itertools.count():
@@ -392,7 +394,7 @@ class NSQD:
     def _start_statsd(self) -> None:
         opts = self.opts
         if opts.statsd_address:
-            from nsqpy.nsqd.statsd_push import StatsdPusher  # imported only when configured
+            from nsqpy.nsqd.server.statsd_push import StatsdPusher  # imported only when configured
 
             self._statsd = StatsdPusher(
                 opts,
@@ -442,7 +444,7 @@ class NSQD:
     async def _serve_http(
         self, address: str, context: ssl.SSLContext | None, name: str
     ) -> tuple[web.AppRunner, object]:
-        from nsqpy.nsqd.http_api import make_app
+        from nsqpy.nsqd.server.http_api import make_app
 
         app = make_app(self, tls=context is not None)
         try:

@@ -31,8 +31,8 @@ from nsqpy._internal.goflag import (
 )
 from nsqpy._internal.logs import parse_level
 from nsqpy._version import __version__
-from nsqpy.nsqd import policy
-from nsqpy.nsqd.alerts import AGE, DEPTH, Kind, parse_rule
+from nsqpy.nsqd.core import policy
+from nsqpy.nsqd.observe.alerts import AGE, DEPTH, Kind, parse_rule
 from nsqpy.protocol.constants import NSQ_VERSION
 
 

@@ -19,16 +19,16 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, cast
 
-from nsqpy.nsqd.auth import AuthState
-from nsqpy.nsqd.client import (
+from nsqpy.nsqd.core.auth import AuthState
+from nsqpy.nsqd.core.client import (
     STATE_CLOSING,
     STATE_INIT,
     STATE_SUBSCRIBED,
     ClientState,
 )
-from nsqpy.nsqd.errors import BrokerError, InFlightError
-from nsqpy.nsqd.message import Message
-from nsqpy.nsqd.tcp_handshake import Handler, HandshakeMixin
+from nsqpy.nsqd.core.errors import BrokerError, InFlightError
+from nsqpy.nsqd.core.message import Message
+from nsqpy.nsqd.server.tcp_handshake import Handler, HandshakeMixin
 from nsqpy.protocol.command_reader import CommandReader, parse_mpub
 from nsqpy.protocol.compression import CompressionError, StreamDecoder, StreamEncoder
 from nsqpy.protocol.constants import FRAME_TYPE_MESSAGE, MAGIC_V2, MSG_ID_LENGTH

@@ -40,15 +40,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nsqpy._internal.duration import SECOND, format_go_duration
-from nsqpy.nsqd.quantile import LatencySummary
+from nsqpy.nsqd.core.quantile import LatencySummary
 
 if TYPE_CHECKING:
     import ssl
 
-    from nsqpy.nsqd.auth import AuthState
-    from nsqpy.nsqd.channel import Channel
-    from nsqpy.nsqd.client import ClientState
-    from nsqpy.nsqd.topic import Topic
+    from nsqpy.nsqd.core.auth import AuthState
+    from nsqpy.nsqd.core.channel import Channel
+    from nsqpy.nsqd.core.client import ClientState
+    from nsqpy.nsqd.core.topic import Topic
     from nsqpy.protocol.identify import ClientSettings
 
 E2eResult = dict[str, object]

@@ -17,7 +17,7 @@ low sample. nsqd does the same; any second percentile (``1.0,0.99``) avoids it.
 Cost: an insert is a comparison and a list append; every 500th pays for the batch: a sort
 (in C) and one downward pass that merges and compresses at once, visiting the summary's
 entries (a few dozen) and the values it keeps, and stepping over runs of values that fold
-into one entry. ``python -m nsqpy.nsqd.quantile`` prints the amortised cost per insert.
+into one entry. ``python -m nsqpy.nsqd.core.quantile`` prints the amortised cost per insert.
 """
 
 from __future__ import annotations

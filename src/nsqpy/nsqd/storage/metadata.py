@@ -7,7 +7,7 @@ The file is nsqd's JSON::
 
 written through a temporary file, fsync and rename, so a crash leaves the old or the new
 version, never a torn one. nsqpy adds a topic's or channel's dead-letter/TTL settings
-(``nsqpy.nsqd.policy``) as extra fields, only when set::
+(``nsqpy.nsqd.core.policy``) as extra fields, only when set::
 
     {"name":"c","paused":false,"max_attempts":5,"message_ttl":"1h0m0s",
      "dead_letter_topic":"t.failed"}
@@ -32,10 +32,10 @@ import logging
 import os
 import re
 import secrets
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-from nsqpy.nsqd.policy import Settings, SettingsError, settings_from_json
+from nsqpy.nsqd.core.meta import ChannelMeta, TopicMeta
+from nsqpy.nsqd.core.policy import Settings, SettingsError, settings_from_json
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.names import is_ephemeral, is_valid_name
 
@@ -44,23 +44,6 @@ log = logging.getLogger("nsqpy.nsqd")
 FILE_NAME: Final = "nsqd.dat"
 DEFERRED_FIELD: Final = "deferred_records"
 _QUEUE_FILE: Final = re.compile(r"(?P<name>.+)\.diskqueue\.(?:meta|\d{6})\.dat")
-
-
-@dataclass
-class ChannelMeta:
-    name: str
-    paused: bool = False
-    settings: Settings = field(default_factory=Settings)
-    #: deferred records a clean stop left in the channel's disk queue (0: not known)
-    deferred: int = 0
-
-
-@dataclass
-class TopicMeta:
-    name: str
-    paused: bool = False
-    channels: list[ChannelMeta] = field(default_factory=list)
-    settings: Settings = field(default_factory=Settings)
 
 
 class MetadataError(Exception):

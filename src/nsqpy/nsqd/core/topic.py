@@ -14,13 +14,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import repeat
 
-from nsqpy.nsqd import records
-from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
-from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.errors import Exiting, QueueFull
-from nsqpy.nsqd.message import Message, Queued, from_record
-from nsqpy.nsqd.policy import Settings
-from nsqpy.nsqd.quantile import LatencySummary, aggregate
+from nsqpy.nsqd.core import records
+from nsqpy.nsqd.core.backend import Backend, DiskHooks, write_messages
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.errors import Exiting, QueueFull
+from nsqpy.nsqd.core.message import Message, Queued, from_record
+from nsqpy.nsqd.core.policy import Settings
+from nsqpy.nsqd.core.quantile import LatencySummary, aggregate
 from nsqpy.protocol.names import is_ephemeral
 
 _NO_DISK = DiskHooks()
@@ -65,7 +65,7 @@ class Topic:
         self.awaiting_channels = False
         self.message_count = 0
         self.message_bytes = 0
-        #: Defaults for its channels' dead-letter/TTL policy (``nsqpy.nsqd.policy``).
+        #: Defaults for its channels' dead-letter/TTL policy (``nsqpy.nsqd.core.policy``).
         self.settings = Settings()
         self.setup_channel = setup_channel
 

@@ -3,7 +3,7 @@
 Every handler checks its input in nsqd's order, so a request with several problems gets the
 same status and ``{"message":"CODE"}`` as from a Go nsqd (NSQ_FEATURES.md §3.3). Routing,
 the V1 envelope and the access log live in ``nsqpy._internal.http_api``; the ``/stats``
-snapshot and its renderings in ``nsqpy.nsqd.stats``. Params come only from the query string.
+snapshot and its renderings in ``nsqpy.nsqd.observe.stats``. Params come only from the query string.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from nsqpy._internal.http_api import (
 )
 from nsqpy._internal.logs import LEVELS
 from nsqpy._internal.origin import OriginGuard
-from nsqpy.nsqd import metrics, stats
-from nsqpy.nsqd.alerts import shown_queues
-from nsqpy.nsqd.errors import BrokerError, QueueFull
-from nsqpy.nsqd.http_auth import HttpAuth
-from nsqpy.nsqd.http_dead_letters import DeadLetterRoutes
+from nsqpy.nsqd.core.errors import BrokerError, QueueFull
+from nsqpy.nsqd.observe import metrics, stats
+from nsqpy.nsqd.observe.alerts import shown_queues
 from nsqpy.nsqd.options import TLS_REQUIRED, config_value, parse_log_level, version_string
+from nsqpy.nsqd.server.http_auth import HttpAuth
+from nsqpy.nsqd.server.http_dead_letters import DeadLetterRoutes
 from nsqpy.protocol.command_reader import parse_mpub
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.errors import ClientError
@@ -45,8 +45,8 @@ from nsqpy.protocol.text import as_int64
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.app import NSQD
-    from nsqpy.nsqd.channel import Channel
-    from nsqpy.nsqd.topic import Topic
+    from nsqpy.nsqd.core.channel import Channel
+    from nsqpy.nsqd.core.topic import Topic
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -365,7 +365,7 @@ class NsqdHttpApi:
         )
 
     async def metrics(self, request: web.Request, params: Params) -> web.StreamResponse:
-        """Prometheus text format 0.0.4 (``nsqpy.nsqd.metrics``)."""
+        """Prometheus text format 0.0.4 (``nsqpy.nsqd.observe.metrics``)."""
         nsqd = self.nsqd
         snapshot = stats.collect(nsqd.broker.topics, nsqd.clients, include_clients=False)
         state = metrics.DaemonState(

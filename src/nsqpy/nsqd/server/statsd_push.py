@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from nsqpy.nsqd import stats, statsd
+from nsqpy.nsqd.observe import stats, statsd
 from nsqpy.nsqd.options import NsqdOptions
 
 log = logging.getLogger("nsqd")

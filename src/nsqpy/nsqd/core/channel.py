@@ -24,7 +24,7 @@ queued, in flight or deferred at a crash is read again on restart.
 
 Dead letters and TTL
 --------------------
-With a policy (``apply_policy``; see ``nsqpy.nsqd.policy``) every message is screened where it
+With a policy (``apply_policy``; see ``nsqpy.nsqd.core.policy``) every message is screened where it
 leaves storage for a client: one that would go out for the (max_attempts+1)th time, or is
 older than message_ttl, is handed to ``dead_letters`` (the broker, which publishes it to the
 dead-letter topic) or, expired with no dead-letter topic, dropped. ``process`` also sweeps
@@ -42,13 +42,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import count
 
-from nsqpy.nsqd import records
-from nsqpy.nsqd.backend import Backend, DiskHooks, write_messages
-from nsqpy.nsqd.client import STATE_CLOSING, ClientState
-from nsqpy.nsqd.errors import Exiting, InFlightError, TooManyConsumers
-from nsqpy.nsqd.message import Message, Queued, delivered, from_record, materialize
-from nsqpy.nsqd.policy import OFF, Effective, Settings
-from nsqpy.nsqd.quantile import NOT_TRACKED, LatencySummary, WindowedQuantile
+from nsqpy.nsqd.core import records
+from nsqpy.nsqd.core.backend import Backend, DiskHooks, write_messages
+from nsqpy.nsqd.core.client import STATE_CLOSING, ClientState
+from nsqpy.nsqd.core.errors import Exiting, InFlightError, TooManyConsumers
+from nsqpy.nsqd.core.message import Message, Queued, delivered, from_record, materialize
+from nsqpy.nsqd.core.policy import OFF, Effective, Settings
+from nsqpy.nsqd.core.quantile import NOT_TRACKED, LatencySummary, WindowedQuantile
 from nsqpy.protocol.names import is_ephemeral
 
 log = logging.getLogger("nsqpy.nsqd")

@@ -4,7 +4,7 @@ No I/O and no clock of its own: callers pass ``now`` (monotonic seconds) and ``n
 (wall-clock ns for message timestamps). ``listeners`` hear about topics and channels
 coming and going (metadata persistence and nsqlookupd registration hang off it).
 
-Dead letters (``nsqpy.nsqd.policy``): the broker resolves every channel's policy from the
+Dead letters (``nsqpy.nsqd.core.policy``): the broker resolves every channel's policy from the
 settings of the channel, its topic and the node, and is the sink channels divert messages to.
 Diverted messages wait in ``pending`` until the daemon calls ``flush_dead_letters`` (told by
 ``on_dead_letters``, at the end of the loop iteration): publishing into another topic from
@@ -19,16 +19,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from nsqpy.nsqd.backend import Backend, DiskHooks
-from nsqpy.nsqd.channel import Channel
-from nsqpy.nsqd.client import ClientState
-from nsqpy.nsqd.errors import BrokerError
-from nsqpy.nsqd.guid import GuidFactory
-from nsqpy.nsqd.message import DeadLetter, Message
-from nsqpy.nsqd.metadata import ChannelMeta, TopicMeta
-from nsqpy.nsqd.policy import Effective, NodeDefaults, Settings, SettingsError, resolve
-from nsqpy.nsqd.policy import has_dead_letter_suffix as _has_suffix
-from nsqpy.nsqd.topic import Topic
+from nsqpy.nsqd.core.backend import Backend, DiskHooks
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.client import ClientState
+from nsqpy.nsqd.core.errors import BrokerError
+from nsqpy.nsqd.core.guid import GuidFactory
+from nsqpy.nsqd.core.message import DeadLetter, Message
+from nsqpy.nsqd.core.meta import ChannelMeta, TopicMeta
+from nsqpy.nsqd.core.policy import Effective, NodeDefaults, Settings, SettingsError, resolve
+from nsqpy.nsqd.core.policy import has_dead_letter_suffix as _has_suffix
+from nsqpy.nsqd.core.topic import Topic
 from nsqpy.protocol.names import is_ephemeral
 
 log = logging.getLogger("nsqpy.nsqd")

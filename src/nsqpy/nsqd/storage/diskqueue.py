@@ -69,7 +69,7 @@ from collections.abc import Callable
 from itertools import islice
 from typing import Final, NamedTuple
 
-from nsqpy.nsqd.errors import BrokerError
+from nsqpy.nsqd.core.errors import BrokerError
 
 #: Smallest record nsqd writes: an NSQ message header (timestamp, attempts, id).
 MIN_MSG_SIZE: Final = 26

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nsqpy.nsqd.stats import ChannelStats, E2eResult, MemoryStats, Stats, TopicStats
+from nsqpy.nsqd.observe.stats import ChannelStats, E2eResult, MemoryStats, Stats, TopicStats
 
 _EPHEMERAL = "#ephemeral"
 _UINT32 = 0xFFFFFFFF

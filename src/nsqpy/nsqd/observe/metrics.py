@@ -29,9 +29,9 @@ from nsqpy._internal.prometheus import (
     render,
 )
 from nsqpy._version import __version__
-from nsqpy.nsqd import stats
-from nsqpy.nsqd.alerts import AGE, DEPTH, AlertMonitor
-from nsqpy.nsqd.stats import ChannelStats, E2eResult, Stats, TopicStats
+from nsqpy.nsqd.observe import stats
+from nsqpy.nsqd.observe.alerts import AGE, DEPTH, AlertMonitor
+from nsqpy.nsqd.observe.stats import ChannelStats, E2eResult, Stats, TopicStats
 
 _NS: Final = 1e9
 

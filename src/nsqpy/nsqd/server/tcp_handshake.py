@@ -1,6 +1,6 @@
 """The V2 connection's handshake: IDENTIFY, the TLS and compression upgrades, and AUTH.
 
-:class:`HandshakeMixin` is a base class of :class:`~nsqpy.nsqd.tcp.V2Connection` and holds
+:class:`HandshakeMixin` is a base class of :class:`~nsqpy.nsqd.server.tcp.V2Connection` and holds
 the commands that change how a connection talks rather than what it carries. They live apart
 from ``tcp.py`` to keep each module small; as a base class (not a collaborator object) they
 share the connection's attributes directly, so the per-message path there pays nothing for
@@ -19,8 +19,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
 
-from nsqpy.nsqd.auth import AuthServerError, AuthState
-from nsqpy.nsqd.tls import common_name
+from nsqpy.nsqd.core.auth import AuthServerError, AuthState
+from nsqpy.nsqd.server.tls import common_name
 from nsqpy.protocol.command_reader import CommandReader
 from nsqpy.protocol.compression import (
     DeflateDecoder,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from nsqpy.nsqd.app import NSQD
-    from nsqpy.nsqd.client import ClientState
+    from nsqpy.nsqd.core.client import ClientState
 
 log = logging.getLogger("nsqpy.nsqd")
 

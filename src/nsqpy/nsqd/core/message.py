@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeAlias
 
-from nsqpy.nsqd import records
+from nsqpy.nsqd.core import records
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.client import ClientState
+    from nsqpy.nsqd.core.client import ClientState
 
 
 class Message:

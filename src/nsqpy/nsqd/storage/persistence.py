@@ -24,9 +24,10 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from nsqpy.nsqd import metadata, records
-from nsqpy.nsqd.backend import Backend, DiskHooks
-from nsqpy.nsqd.diskqueue import DiskQueue, DiskQueueError, SyncJob
+from nsqpy.nsqd.core import records
+from nsqpy.nsqd.core.backend import Backend, DiskHooks
+from nsqpy.nsqd.storage import metadata
+from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, SyncJob
 
 log = logging.getLogger("nsqpy.nsqd")
 

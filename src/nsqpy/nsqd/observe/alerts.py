@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from nsqpy._internal.duration import SECOND, format_go_duration, parse_go_duration
 from nsqpy._internal.gostrconv import GoNumError, go_quote, parse_go_int
-from nsqpy.nsqd import records
+from nsqpy.nsqd.core import records
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.backend import Backend
-    from nsqpy.nsqd.message import Queued
-    from nsqpy.nsqd.stats import Stats
-    from nsqpy.nsqd.topic import Topic
+    from nsqpy.nsqd.core.backend import Backend
+    from nsqpy.nsqd.core.message import Queued
+    from nsqpy.nsqd.core.topic import Topic
+    from nsqpy.nsqd.observe.stats import Stats
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -184,7 +184,7 @@ class QueueView:
 
 def oldest_timestamp(queue: Sequence[Queued], backend: Backend | None) -> int | None:
     """The older of the memory queue's head and the disk queue's head; None when empty."""
-    from nsqpy.nsqd.diskqueue import DiskQueue  # here: the flag parser imports this module
+    from nsqpy.nsqd.storage.diskqueue import DiskQueue  # here: the flag parser imports this module
 
     stamps: list[int] = []
     if queue:
@@ -346,7 +346,7 @@ class AlertMonitor:
 
     def stats_text(self, shown: set[tuple[str, str]]) -> list[str]:
         """Lines under the text ``/stats``'s ``Alerts:`` heading."""
-        from nsqpy.nsqd.stats import rfc3339
+        from nsqpy.nsqd.observe.stats import rfc3339
 
         return [
             f"   [{a.queue}] {a.kind}: {a.amount(a.value)} >= {a.amount(a.threshold)} "

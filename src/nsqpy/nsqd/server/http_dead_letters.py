@@ -1,4 +1,4 @@
-"""nsqpy's HTTP routes for dead letters and TTL (``nsqpy.nsqd.policy``); not in nsqd.
+"""nsqpy's HTTP routes for dead letters and TTL (``nsqpy.nsqd.core.policy``); not in nsqd.
 
 ``GET|POST /topic/config?topic=T`` and ``GET|POST /channel/config?topic=T&channel=C``
 answer with the topic's or channel's own settings (``null`` where inherited) and, under
@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Final
 from aiohttp import web
 
 from nsqpy._internal.http_api import ApiError, Params, Router, read_limited
-from nsqpy.nsqd import policy
-from nsqpy.nsqd.errors import BrokerError
+from nsqpy.nsqd.core import policy
+from nsqpy.nsqd.core.errors import BrokerError
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.app import NSQD
-    from nsqpy.nsqd.channel import Channel
-    from nsqpy.nsqd.http_api import NsqdHttpApi
+    from nsqpy.nsqd.core.channel import Channel
+    from nsqpy.nsqd.server.http_api import NsqdHttpApi
 
 log = logging.getLogger("nsqpy.nsqd")
 

@@ -1,6 +1,6 @@
 """What topics and channels need from a disk queue, and how they report writes.
 
-``Backend`` is the part of :class:`nsqpy.nsqd.diskqueue.DiskQueue` the domain uses, so the
+``Backend`` is the part of :class:`nsqpy.nsqd.storage.diskqueue.DiskQueue` the domain uses, so the
 domain can be tested with any stand-in. ``DiskHooks`` is how a domain object tells the daemon
 that a backend has new data to sync, and asks to run something once everything written so far
 is on stable storage (durable mode's group commit).
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from nsqpy.nsqd import records
-from nsqpy.nsqd.errors import BrokerError
+from nsqpy.nsqd.core import records
+from nsqpy.nsqd.core.errors import BrokerError
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.message import Queued
+    from nsqpy.nsqd.core.message import Queued
 
 
 class Backend(Protocol):

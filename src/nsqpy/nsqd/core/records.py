@@ -9,7 +9,7 @@ keeps it with an extended record, written only for messages that are deferred::
 
     [8-byte magic \\xffnsqpyD\\x01][8-byte int64 due time, unix ns][NSQ payload]
 
-A dead letter (see ``nsqpy.nsqd.policy``) also remembers the channel it came from, so that a
+A dead letter (see ``nsqpy.nsqd.core.policy``) also remembers the channel it came from, so that a
 redrive can send it back there; its record is::
 
     [8-byte magic \xffnsqpyO\x01][8-byte int64 due time or 0][1-byte n][n bytes "topic:channel"]

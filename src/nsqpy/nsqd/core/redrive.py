@@ -22,16 +22,16 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nsqpy.nsqd import records
-from nsqpy.nsqd.backend import write_messages
-from nsqpy.nsqd.errors import BrokerError
-from nsqpy.nsqd.message import Message, Queued, from_record, materialize
+from nsqpy.nsqd.core import records
+from nsqpy.nsqd.core.backend import write_messages
+from nsqpy.nsqd.core.errors import BrokerError
+from nsqpy.nsqd.core.message import Message, Queued, from_record, materialize
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.backend import Backend
-    from nsqpy.nsqd.broker import Broker
-    from nsqpy.nsqd.channel import Channel
-    from nsqpy.nsqd.topic import Topic
+    from nsqpy.nsqd.core.backend import Backend
+    from nsqpy.nsqd.core.broker import Broker
+    from nsqpy.nsqd.core.channel import Channel
+    from nsqpy.nsqd.core.topic import Topic
 
 #: Messages looked at per ``step``.
 BATCH = 2000

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.channel import Channel
-    from nsqpy.nsqd.message import Message
+    from nsqpy.nsqd.core.channel import Channel
+    from nsqpy.nsqd.core.message import Message
 
 # nsqd's client states; the numbers appear in /stats as "state".
 STATE_INIT: Final = 0

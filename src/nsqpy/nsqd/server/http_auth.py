@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 
-from nsqpy.nsqd.auth import AuthServerError, AuthState
+from nsqpy.nsqd.core.auth import AuthServerError, AuthState
 
 if TYPE_CHECKING:
     from nsqpy.nsqd.app import NSQD
