@@ -1,12 +1,12 @@
 # Everything a fresh machine needs is installed by these targets themselves.
 #   make run    -> a local cluster: nsqlookupd + nsqd on the default ports, data under ./data
-#   make check  -> lint, types and the whole test suite
+#   make check  -> lint, import contracts, types and the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run check lint typecheck test bench clean bytecode
+.PHONY: run check lint imports typecheck test bench clean bytecode
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,13 +38,17 @@ run: $(STAMP) bytecode
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# The layers and acyclic packages of ARCHITECTURE.md ([tool.importlinter] in pyproject.toml).
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) bytecode
 	$(PY) -m pytest
 
-check: lint typecheck test
+check: lint imports typecheck test
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run

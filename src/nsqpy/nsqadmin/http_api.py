@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
 
@@ -34,6 +34,7 @@ from nsqpy._internal.logs import parse_level
 from nsqpy._internal.origin import OriginGuard
 from nsqpy.nsqadmin import actions, aggregate, graphite, pages
 from nsqpy.nsqadmin.cluster import ClusterError, ClusterInfo, Errors, RefusedError
+from nsqpy.nsqadmin.context import Admin
 from nsqpy.nsqadmin.notify import admin_action
 from nsqpy.nsqadmin.options import config_value, normalize_base_path, parse_cidr
 from nsqpy.nsqadmin.producers import search
@@ -45,9 +46,6 @@ from nsqpy.nsqadmin.wire import (
     remote_ip_allowed,
 )
 from nsqpy.protocol.names import is_valid_name
-
-if TYPE_CHECKING:
-    from nsqpy.nsqadmin.app import NSQAdmin
 
 log = logging.getLogger("nsqpy.nsqadmin")
 
@@ -99,7 +97,7 @@ async def upstream(what: str, call: Awaitable[T]) -> T:
 class AdminHttpApi:
     """The handlers of one nsqadmin, registered on an httprouter-style ``Router``."""
 
-    def __init__(self, admin: NSQAdmin) -> None:
+    def __init__(self, admin: Admin) -> None:
         assert admin.ci is not None and admin.sampler is not None
         self.admin = admin
         self.opts = admin.opts
@@ -505,7 +503,7 @@ class AdminHttpApi:
             raise ApiError(400, "INVALID_OPTION")
 
 
-def make_app(admin: NSQAdmin) -> web.Application:
+def make_app(admin: Admin) -> web.Application:
     """The aiohttp application serving nsqadmin (compression wraps the router); actions
     asked for by pages of other web origins are refused before the router (nsqpy's rule)."""
     router = AdminHttpApi(admin).router

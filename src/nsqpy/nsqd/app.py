@@ -22,7 +22,9 @@ from nsqpy.nsqd.core import auth
 from nsqpy.nsqd.core.broker import Broker, BrokerConfig
 from nsqpy.nsqd.core.topic import Topic
 from nsqpy.nsqd.observe import alerts, stats
+from nsqpy.nsqd.server import auth_query
 from nsqpy.nsqd.server import tls as nsqd_tls
+from nsqpy.nsqd.server.context import Connection
 from nsqpy.nsqd.server.lookup import Lookup, identity
 from nsqpy.nsqd.server.tcp import V2Connection
 from nsqpy.nsqd.storage import metadata
@@ -120,7 +122,7 @@ class NSQD:
             deflate_enabled=opts.deflate,
             auth_required=bool(opts.auth_http_addresses),
         )
-        self.clients: dict[int, V2Connection] = {}
+        self.clients: dict[int, Connection] = {}
         self.start_time = int(time.time())
         self.tcp_address = ""
         self.http_address = ""
@@ -130,7 +132,7 @@ class NSQD:
         self.https_port = 0
         self.health = "OK"
         self._client_ids = itertools.count(1)
-        self._dirty: list[V2Connection] = []
+        self._dirty: list[Connection] = []
         self._flush_scheduled = False
         self._tcp_server: asyncio.AbstractServer | None = None
         self._http_runner: web.AppRunner | None = None
@@ -146,13 +148,17 @@ class NSQD:
     def next_client_id(self) -> int:
         return next(self._client_ids)
 
+    def client_arrived(self, client_id: int, conn: Connection) -> None:
+        self.clients[client_id] = conn
+        self._all_clients_gone.clear()
+
     def client_gone(self, client_id: int) -> None:
         self.clients.pop(client_id, None)
         if not self.clients:
             self._all_clients_gone.set()
 
     # -- output coalescing -----------------------------------------------------------------
-    def schedule_flush(self, conn: V2Connection) -> None:
+    def schedule_flush(self, conn: Connection) -> None:
         """Flush ``conn`` at the next loop iteration, together with every other dirty one."""
         conn.flush_pending = True
         self._dirty.append(conn)
@@ -296,6 +302,10 @@ class NSQD:
         """A paused flag or a setting changed: write nsqd.dat (off the loop, soon)."""
         self.meta_writer.request()
         self._schedule_pump()  # an unpause may have released a topic's disk backlog
+
+    def metadata_pending(self, topic: str) -> bool:
+        """Whether ``topic`` or one of its channels is not yet written to nsqd.dat."""
+        return self.meta_writer.pending_for(topic)
 
     async def metadata_written(self) -> bool:
         """Wait until nsqd.dat holds every change made so far (False if its write failed)."""
@@ -470,7 +480,7 @@ class NSQD:
                     connect=opts.http_client_connect_timeout / 1e9,
                 )
             )
-        return await auth.query_any(
+        return await auth_query.query_any(
             self._auth_session,
             list(self.opts.auth_http_addresses),
             remote_ip=remote_ip,

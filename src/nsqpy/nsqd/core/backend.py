@@ -9,7 +9,7 @@ is on stable storage (durable mode's group commit).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.errors import BrokerError
@@ -35,6 +35,14 @@ class Backend(Protocol):
     def delete(self) -> None: ...
 
 
+@runtime_checkable
+class Peekable(Backend, Protocol):
+    """A backend that can show the head of its next record without reading it (the disk
+    queue can; the backlog-age alert uses it when it is there)."""
+
+    def peek(self, size: int) -> bytes | None: ...
+
+
 class DiskHooks:
     """No disk at all: nothing to sync, commits complete at once (tests, ephemeral)."""
 
@@ -47,7 +55,9 @@ class DiskHooks:
         """Records were read or finished: the positions need syncing, nothing waits on it."""
         return None
 
-    def after_commit(self, callback: Callable[[bool], None]) -> None:
+    def after_commit(self, callback: Callable[[bool], None], topic: str | None = None) -> None:
+        """Run ``callback(ok)`` once all written so far is on stable storage (and, for a
+        ``topic``, its entry in nsqd.dat too)."""
         callback(True)
 
     def write_failed(self, error: Exception) -> None:

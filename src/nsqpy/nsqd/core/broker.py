@@ -144,9 +144,9 @@ class Broker:
             return
         client.channel = None
         if channel.remove_client(client, now):
-            topic = self.topics.get(channel.topic_name)
-            if topic is not None and topic.channels.get(channel.name) is channel:
-                self.delete_channel(topic, channel.name)
+            topic, name = self.topics.get(channel.topic_name), channel.name
+            if topic is not None and topic.channels.get(name) is channel:
+                self.delete_channel(topic, name)
 
     # -- dead letters and TTL ---------------------------------------------------------------
     def _setup_channel(self, channel: Channel) -> None:

@@ -304,11 +304,10 @@ class Channel:
                 self._send(client, materialize(item), now)
             else:  # _send inlined: this runs once per published message
                 if isinstance(item, tuple):
-                    msg = delivered(item, client, now, client.msg_timeout)
+                    msg = delivered(item, now, client.msg_timeout)
                 else:
                     msg = item
                     msg.attempts += 1
-                    msg.client = client
                     msg.delivery_ts = now
                     msg.deadline = now + client.msg_timeout
                 client.in_flight[msg.id] = msg
@@ -374,7 +373,6 @@ class Channel:
             self._forget(msg)  # sampled out: taken off the queue and dropped, as nsqd does
             return
         msg.attempts += 1
-        msg.client = client
         msg.delivery_ts = now
         msg.deadline = now + client.msg_timeout
         client.in_flight[msg.id] = msg
@@ -470,7 +468,6 @@ class Channel:
         self.in_flight_count -= len(stranded)
         self.timeout_count += len(stranded)
         for msg in stranded:
-            msg.client = None
             self._put(msg, now)
         return self.ephemeral and not self.clients
 
@@ -498,7 +495,7 @@ class Channel:
             if queue:
                 item = queue.popleft()
                 if isinstance(item, tuple) and not client.sample_rate:
-                    msg = delivered(item, client, now, timeout)  # the common case, in one step
+                    msg = delivered(item, now, timeout)  # the common case, in one step
                     in_flight[msg.id] = msg
                     client.message_count += 1
                     self.in_flight_count += 1
@@ -516,7 +513,6 @@ class Channel:
                 self._send(client, msg, now)
                 continue
             msg.attempts += 1  # _send inlined: once per delivered message
-            msg.client = client
             msg.delivery_ts = now
             msg.deadline = now + timeout
             in_flight[msg.id] = msg
@@ -545,7 +541,7 @@ class Channel:
                         self._divert(materialize(item), expired=True)
                         continue
                     if not client.sample_rate:
-                        msg = delivered(item, client, now, timeout)
+                        msg = delivered(item, now, timeout)
                         in_flight[msg.id] = msg
                         client.message_count += 1
                         self.in_flight_count += 1
@@ -577,7 +573,6 @@ class Channel:
         if msg is None:
             raise InFlightError(self._why_not_in_flight(msg_id))
         self.in_flight_count -= 1
-        msg.client = None
         return msg
 
     def _why_not_in_flight(self, msg_id: bytes) -> str:
@@ -687,7 +682,6 @@ class Channel:
         self.in_flight_count -= len(expired)
         self.timeout_count += len(expired)
         for msg in expired:
-            msg.client = None
             self._put(msg, now)
         self.client_ready(client, now)
         return True

@@ -7,11 +7,9 @@ function that frames a delivered message into the connection's output buffer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
-if TYPE_CHECKING:
-    from nsqpy.nsqd.core.channel import Channel
-    from nsqpy.nsqd.core.message import Message
+from nsqpy.nsqd.core.message import Message
 
 # nsqd's client states; the numbers appear in /stats as "state".
 STATE_INIT: Final = 0
@@ -67,7 +65,7 @@ class ClientState:
         self.capped: set[bytes] = set()
         self.in_ready = False  # queued in its channel's ready deque
         self.writable = True  # False while the transport's write buffer is over its mark
-        self.channel: Channel | None = None
+        self.channel: Subscription | None = None
         self.sample_rate = 0
         self.message_count = 0
         self.finish_count = 0
@@ -75,3 +73,33 @@ class ClientState:
 
     def is_ready(self) -> bool:
         return self.rdy > len(self.in_flight) and self.writable
+
+
+class Subscription(Protocol):
+    """The channel a client subscribed to, as its connection and the broker reach it.
+
+    ``Channel`` is one; naming only this keeps ``client`` below ``channel`` (which holds
+    clients) in the import graph.
+    """
+
+    @property
+    def topic_name(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def client_ready(self, client: ClientState, now: float) -> None: ...
+
+    def set_rdy(self, client: ClientState, count: int, now: float) -> None: ...
+
+    def finish(self, client: ClientState, msg_id: bytes, now: float) -> None: ...
+
+    def finish_many(
+        self, client: ClientState, ids: list[bytes], now: float
+    ) -> list[tuple[bytes, str]]: ...
+
+    def requeue(self, client: ClientState, msg_id: bytes, delay: float, now: float) -> None: ...
+
+    def touch(self, client: ClientState, msg_id: bytes, now: float) -> None: ...
+
+    def remove_client(self, client: ClientState, now: float) -> bool: ...

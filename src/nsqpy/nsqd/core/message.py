@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 from nsqpy.nsqd.core import records
-
-if TYPE_CHECKING:
-    from nsqpy.nsqd.core.client import ClientState
 
 
 class Message:
@@ -21,7 +18,6 @@ class Message:
     __slots__ = (
         "attempts",
         "body",
-        "client",
         "deadline",
         "deferred",
         "delivery_ts",
@@ -39,7 +35,6 @@ class Message:
         self.timestamp = timestamp
         self.attempts = 0
         self.deferred = deferred
-        self.client: ClientState | None = None
         self.deadline = 0.0
         self.delivery_ts = 0.0
         self.token = -1  # durable mode: the disk record to finish on FIN
@@ -98,7 +93,7 @@ def materialize(item: Queued) -> Message:
 _new = object.__new__
 
 
-def delivered(item: Entry, client: ClientState, now: float, timeout: float) -> Message:
+def delivered(item: Entry, now: float, timeout: float) -> Message:
     """The Message for an entry being delivered for the first time, in one step.
 
     The delivery hot path: skipping ``__init__`` and setting each slot once, already in its
@@ -108,7 +103,6 @@ def delivered(item: Entry, client: ClientState, now: float, timeout: float) -> M
     msg.id, msg.body, msg.timestamp = item
     msg.attempts = 1
     msg.deferred = 0.0
-    msg.client = client
     msg.delivery_ts = now
     msg.deadline = now + timeout
     msg.token = -1

@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Final, Literal
 from nsqpy._internal.duration import SECOND, format_go_duration, parse_go_duration
 from nsqpy._internal.gostrconv import GoNumError, go_quote, parse_go_int
 from nsqpy.nsqd.core import records
+from nsqpy.nsqd.core.backend import Backend, Peekable
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.core.backend import Backend
     from nsqpy.nsqd.core.message import Queued
     from nsqpy.nsqd.core.topic import Topic
     from nsqpy.nsqd.observe.stats import Stats
@@ -184,13 +184,11 @@ class QueueView:
 
 def oldest_timestamp(queue: Sequence[Queued], backend: Backend | None) -> int | None:
     """The older of the memory queue's head and the disk queue's head; None when empty."""
-    from nsqpy.nsqd.storage.diskqueue import DiskQueue  # here: the flag parser imports this module
-
     stamps: list[int] = []
     if queue:
         head = queue[0]
         stamps.append(head[2] if isinstance(head, tuple) else head.timestamp)
-    if isinstance(backend, DiskQueue) and backend.depth:
+    if isinstance(backend, Peekable) and backend.depth:
         data = backend.peek(records.HEAD_SIZE)
         stamp = records.head_timestamp(data) if data is not None else None
         if stamp is not None:

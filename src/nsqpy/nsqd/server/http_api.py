@@ -35,6 +35,7 @@ from nsqpy.nsqd.core.errors import BrokerError, QueueFull
 from nsqpy.nsqd.observe import metrics, stats
 from nsqpy.nsqd.observe.alerts import shown_queues
 from nsqpy.nsqd.options import TLS_REQUIRED, config_value, parse_log_level, version_string
+from nsqpy.nsqd.server.context import Daemon
 from nsqpy.nsqd.server.http_auth import HttpAuth
 from nsqpy.nsqd.server.http_dead_letters import DeadLetterRoutes
 from nsqpy.protocol.command_reader import parse_mpub
@@ -44,7 +45,6 @@ from nsqpy.protocol.names import is_valid_name
 from nsqpy.protocol.text import as_int64
 
 if TYPE_CHECKING:
-    from nsqpy.nsqd.app import NSQD
     from nsqpy.nsqd.core.channel import Channel
     from nsqpy.nsqd.core.topic import Topic
 
@@ -63,7 +63,7 @@ _MAX_FORM_BODY: Final = 10 << 20
 class NsqdHttpApi:
     """The handlers of one nsqd, registered on an httprouter-style ``Router``."""
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: Daemon) -> None:
         self.nsqd = nsqd
         self.router = Router(log)
         self._register()
@@ -81,7 +81,7 @@ class NsqdHttpApi:
             r.v1("POST", f"/channel/{action}", getattr(self, f"channel_{action}"))
         r.v1("GET", "/config/:opt", self.config)
         r.v1("PUT", "/config/:opt", self.config)
-        DeadLetterRoutes(self).register(r)
+        DeadLetterRoutes(self.nsqd, self._valid_existing_topic, self._existing_channel).register(r)
         self._register_debug()
 
     def _register_debug(self) -> None:
@@ -448,7 +448,7 @@ async def _form_value(request: web.Request, key: str) -> str:
     return ""
 
 
-def make_app(nsqd: NSQD, *, tls: bool = False) -> web.Application:
+def make_app(nsqd: Daemon, *, tls: bool = False) -> web.Application:
     """The aiohttp application serving nsqd's HTTP API (``tls``: the HTTPS listener)."""
     stats.install_gc_pause_recorder()
     router = NsqdHttpApi(nsqd).router

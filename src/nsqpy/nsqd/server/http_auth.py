@@ -14,14 +14,12 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from aiohttp import web
 
 from nsqpy.nsqd.core.auth import AuthServerError, AuthState
-
-if TYPE_CHECKING:
-    from nsqpy.nsqd.app import NSQD
+from nsqpy.nsqd.server.context import Daemon
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -57,7 +55,7 @@ def _reply(status: int, message: str) -> web.Response:
 class HttpAuth:
     """The middleware and its per-secret cache."""
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: Daemon) -> None:
         self.nsqd = nsqd
         self._cache: OrderedDict[tuple[str, str], AuthState] = OrderedDict()
 

@@ -23,18 +23,17 @@ The topic and channel checks and their errors are those of nsqd's ``/topic/*`` a
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import Final
 
 from aiohttp import web
 
 from nsqpy._internal.http_api import ApiError, Params, Router, read_limited
 from nsqpy.nsqd.core import policy
+from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.errors import BrokerError
-
-if TYPE_CHECKING:
-    from nsqpy.nsqd.app import NSQD
-    from nsqpy.nsqd.core.channel import Channel
-    from nsqpy.nsqd.server.http_api import NsqdHttpApi
+from nsqpy.nsqd.core.topic import Topic
+from nsqpy.nsqd.server.context import Daemon
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -43,11 +42,18 @@ _BODY_MAX: Final = 64 * 1024
 
 
 class DeadLetterRoutes:
-    """The routes, using the nsqd API's own argument checks."""
+    """The routes, using the nsqd API's own argument checks (``topic_of``, ``channel_of``:
+    the request's existing topic or channel, or the API's 400/404)."""
 
-    def __init__(self, api: NsqdHttpApi) -> None:
-        self.api = api
-        self.nsqd: NSQD = api.nsqd
+    def __init__(
+        self,
+        nsqd: Daemon,
+        topic_of: Callable[[web.Request], Topic],
+        channel_of: Callable[[web.Request], Channel],
+    ) -> None:
+        self.nsqd = nsqd
+        self._topic_of = topic_of
+        self._channel_of = channel_of
 
     def register(self, router: Router) -> None:
         for method in ("GET", "POST"):
@@ -58,7 +64,7 @@ class DeadLetterRoutes:
 
     # -- settings -------------------------------------------------------------------------------
     async def topic_config(self, request: web.Request, params: Params) -> object:
-        topic = self.api._valid_existing_topic(request)
+        topic = self._topic_of(request)
         broker = self.nsqd.broker
         if request.method == "POST":
             changes = await _changes(request, topic.name)
@@ -75,7 +81,7 @@ class DeadLetterRoutes:
         }
 
     async def channel_config(self, request: web.Request, params: Params) -> object:
-        channel = self.api._existing_channel(request)
+        channel = self._channel_of(request)
         if request.method == "POST":
             changes = await _changes(request, channel.topic_name)
             try:
@@ -88,10 +94,10 @@ class DeadLetterRoutes:
 
     # -- redrive --------------------------------------------------------------------------------
     async def topic_redrive(self, request: web.Request, params: Params) -> object:
-        return await self._redrive(self.api._valid_existing_topic(request).name, None)
+        return await self._redrive(self._topic_of(request).name, None)
 
     async def channel_redrive(self, request: web.Request, params: Params) -> object:
-        channel = self.api._existing_channel(request)
+        channel = self._channel_of(request)
         target = channel.dead_letter_topic or policy.default_dead_letter_topic(
             channel.topic_name, self.nsqd.opts.dead_letter_suffix
         )

@@ -28,6 +28,7 @@ from nsqpy.nsqd.core.client import (
 )
 from nsqpy.nsqd.core.errors import BrokerError, InFlightError
 from nsqpy.nsqd.core.message import Message
+from nsqpy.nsqd.server.context import Daemon
 from nsqpy.nsqd.server.tcp_handshake import Handler, HandshakeMixin
 from nsqpy.protocol.command_reader import CommandReader, parse_mpub
 from nsqpy.protocol.compression import CompressionError, StreamDecoder, StreamEncoder
@@ -47,7 +48,6 @@ from nsqpy.protocol.text import as_int64, byte_to_base10, go_quote
 if TYPE_CHECKING:
     import ssl
 
-    from nsqpy.nsqd.app import NSQD
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -74,7 +74,7 @@ class _Pending:
 class V2Connection(HandshakeMixin, asyncio.Protocol):
     """One client connection."""
 
-    def __init__(self, nsqd: NSQD) -> None:
+    def __init__(self, nsqd: Daemon) -> None:
         self.nsqd = nsqd
         self.loop = nsqd.loop
         opts = nsqd.opts
@@ -146,7 +146,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         self.settings.client_id = self.settings.hostname = self.remote_ip
         self.state.client_id = self.remote_ip
         self.state.connect_ts = int(time.time())
-        self.nsqd.clients[self.state.id] = self
+        self.nsqd.client_arrived(self.state.id, self)
         log.info("TCP: new client(%s)", self.remote_address)
 
     def data_received(self, data: bytes) -> None:
@@ -498,7 +498,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             raise ClientError("E_SUB_FAILED", f"SUB failed {err}") from err
         state.state = STATE_SUBSCRIBED
         nsqd = self.nsqd
-        if nsqd.store.durable and nsqd.meta_writer.pending_for(topic.name):
+        if nsqd.store.durable and nsqd.metadata_pending(topic.name):
             # durable: OK means the channel is in nsqd.dat; this client's next commands
             # wait for the write (on its thread), nobody else does
             self._stall_on(self._ok_once_persisted())

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, cast
 
 from nsqpy.nsqd.core.auth import AuthServerError, AuthState
+from nsqpy.nsqd.server.context import Daemon
 from nsqpy.nsqd.server.tls import common_name
 from nsqpy.protocol.command_reader import CommandReader
 from nsqpy.protocol.compression import (
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     import ssl
     from collections.abc import Awaitable
 
-    from nsqpy.nsqd.app import NSQD
     from nsqpy.nsqd.core.client import ClientState
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -55,7 +55,7 @@ class HandshakeMixin:
     """IDENTIFY, TLS/snappy/deflate upgrades and AUTH for :class:`V2Connection`."""
 
     # Set by V2Connection.__init__ / connection_made (declared here for mypy only).
-    nsqd: NSQD
+    nsqd: Daemon
     loop: asyncio.AbstractEventLoop
     settings: ClientSettings
     reader: CommandReader
