@@ -11,6 +11,9 @@
     consumer = Consumer("events", "archive", lookupd_http_addresses="127.0.0.1:4161",
                         handler=handle, max_in_flight=100)
     await consumer.start()
+
+It may import ``protocol`` and ``_internal`` only (no daemon, no tools): ``tools``, ``cli``,
+``spark`` and ``nsqadmin``'s callers build on it.
 """
 
 from nsqpy.client.config import Config

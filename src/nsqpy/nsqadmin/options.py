@@ -18,24 +18,23 @@ from dataclasses import dataclass, field, fields
 from typing import Final, NoReturn
 from urllib.parse import urlsplit
 
-from nsqpy._internal.duration import MINUTE, SECOND
-from nsqpy._internal.goflag import (
-    ConfigError,
-    FlagKind,
-    FlagSet,
-    ParsedFlags,
-    exit_fatal,
-    go_quote,
-    normalise_config_value,
-    parse_command_line,
+from nsqpy._internal.daemon_options import (
+    add_log_flags,
+    check_config,
+    log_fatal,
+    log_prefix,
+    parse_daemon_args,
+    resolve_into,
+    version_line,
 )
+from nsqpy._internal.duration import MINUTE, SECOND
+from nsqpy._internal.goflag import FlagKind, FlagSet, ParsedFlags, go_quote
 from nsqpy._internal.http_api import clean_path
 from nsqpy._internal.logs import LEVELS, parse_level
 from nsqpy._internal.origin import check_allowed_origins, origin_flag
-from nsqpy._version import __version__
 from nsqpy.protocol.constants import NSQ_VERSION
 
-FATAL_PREFIX: Final = "[nsqadmin] "
+FATAL_PREFIX: Final = log_prefix("nsqadmin")
 _LOG_LEVEL_NAMES: Final = tuple(LEVELS)  # debug, info, warn, error, fatal: NSQ's 1..5
 
 
@@ -78,23 +77,12 @@ class NsqadminOptions:
     http_allowed_origins: list[str] = field(default_factory=list)
 
 
-def _log_level_flag(text: str, _current: object) -> object:
-    return parse_level(text)
-
-
 def _add_basic_flags(fs: FlagSet, d: NsqadminOptions) -> None:
     fs.add_string("config", "", "path to config file", cfg=None)
     fs.add_bool("version", False, "print version string", cfg=None)
-    fs.add_value(
-        "log-level",
-        d.log_level,
-        "set log verbosity: debug, info, warn, error, or fatal",
-        parser=_log_level_flag,
-        coerce_as=FlagKind.STRING,
-        default_text="INFO",
+    add_log_flags(
+        fs, level=d.log_level, level_parser=parse_level, level_text="INFO", prefix=FATAL_PREFIX
     )
-    fs.add_string("log-prefix", FATAL_PREFIX, "log message prefix")
-    fs.add_bool("verbose", False, "[deprecated] has no effect, use --log-level", cfg=None)
     fs.add_string("http-address", d.http_address, "<addr>:<port> to listen on for HTTP clients")
     fs.add_string("base-path", d.base_path, "URL base path")
     fs.add_value(
@@ -219,44 +207,36 @@ CFG_NAMES: Final[frozenset[str]] = frozenset(f.name for f in fields(NsqadminOpti
 
 def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
     """nsqadmin's only config-file check: ``log_level`` (normalised to lowercase)."""
-    out = dict(cfg)
-    try:
-        normalise_config_value(out, "log_level", parse_level)
-    except ValueError as err:
-        raise OptionsError(str(err)) from None
-    return out
+    return check_config(cfg, {"log_level": parse_level}, OptionsError)
 
 
 def resolve_options(fs: FlagSet, parsed: ParsedFlags, cfg: Mapping[str, object]) -> NsqadminOptions:
     """Command-line flag > config key > default. Raises ConfigError."""
-    opts = NsqadminOptions()
-    for key, value in fs.resolve(parsed, cfg).items():
-        setattr(opts, key, value)
-    return opts
+    return resolve_into(NsqadminOptions(), fs, parsed, cfg)
 
 
 def version_string() -> str:
     """``nsqadmin --version`` output (and its first log line)."""
-    return f"nsqadmin v{NSQ_VERSION} (built w/nsqpy-{__version__})"
+    return version_line("nsqadmin", NSQ_VERSION)
 
 
 def fatal(message: str) -> NoReturn:
     """apps/nsqadmin's logFatal: fixed prefix, microseconds, FATAL level, exit status 1."""
-    exit_fatal(f"FATAL: {message}", prefix=FATAL_PREFIX, micros=True)
+    log_fatal("nsqadmin", message)
 
 
 def parse_nsqadmin_args(argv: Sequence[str]) -> NsqadminOptions:
     """nsqadmin's command line (without argv[0]) into options, exiting as nsqadmin does:
     usage errors exit 2, ``--help``/``--version`` exit 0, bad values exit 1. The checks of
     ``nsqadmin.New`` run later, in ``NSQAdmin.start`` (see ``validate``)."""
-    fs = nsqadmin_flag_set()
-    parsed, cfg = parse_command_line(
-        fs, argv, version=version_string(), validate_config=validate_config, fatal=fatal
+    return parse_daemon_args(
+        nsqadmin_flag_set(),
+        argv,
+        daemon="nsqadmin",
+        version=version_string(),
+        validate_config=validate_config,
+        resolve=resolve_options,
     )
-    try:
-        return resolve_options(fs, parsed, cfg)
-    except ConfigError as err:
-        exit_fatal(str(err))  # go-options uses the standard logger: no prefix, no micros
 
 
 # ---------------------------------------------------------------------------------------------

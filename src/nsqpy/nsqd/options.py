@@ -11,26 +11,30 @@ from __future__ import annotations
 import hashlib
 import socket
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, NoReturn
+from typing import Final
 
+from nsqpy._internal.daemon_options import (
+    add_log_flags,
+    check_config,
+    log_fatal,
+    log_prefix,
+    parse_daemon_args,
+    resolve_into,
+    version_line,
+)
 from nsqpy._internal.duration import HOUR, MILLISECOND, MINUTE, SECOND, parse_go_duration
 from nsqpy._internal.goflag import (
-    ConfigError,
     FlagKind,
     FlagSet,
     ParsedFlags,
     ValueParser,
-    exit_fatal,
     format_go_float,
     go_quote,
-    normalise_config_value,
-    parse_command_line,
     parse_go_bool,
 )
 from nsqpy._internal.logs import parse_level
-from nsqpy._version import __version__
 from nsqpy.nsqd.core import policy
 from nsqpy.nsqd.observe.alerts import AGE, DEPTH, Kind, parse_rule
 from nsqpy.protocol.constants import NSQ_VERSION
@@ -67,7 +71,6 @@ LOG_LEVELS: Final = ("debug", "info", "warn", "error", "fatal")
 # Go's LogLevel.String(), shown as the flag's default in --help.
 _LOG_LEVEL_DISPLAY: Final = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING"}
 
-_FATAL_PREFIX: Final = "[nsqd] "
 
 
 class OptionsError(ValueError):
@@ -125,7 +128,7 @@ class NsqdOptions:
     # basic
     node_id: int = field(default_factory=default_node_id)
     log_level: str = "info"
-    log_prefix: str = "[nsqd] "
+    log_prefix: str = log_prefix("nsqd")
     tcp_address: str = "0.0.0.0:4150"
     http_address: str = "0.0.0.0:4151"
     https_address: str = "0.0.0.0:4152"
@@ -230,10 +233,6 @@ _FIELD_BY_CFG: Final = {"id": "node_id"}
 # ---------------------------------------------------------------------------------------------
 
 
-def _log_level_flag(text: str, _current: object) -> object:
-    return parse_log_level(text)
-
-
 def _tls_required_flag(text: str, _current: object) -> object:
     return parse_tls_required(text)
 
@@ -251,16 +250,13 @@ def _tls_version_name(version: int) -> str:
 def _add_basic_flags(fs: FlagSet, d: NsqdOptions) -> None:
     fs.add_bool("version", False, "print version string", cfg=None)
     fs.add_string("config", "", "path to config file", cfg=None)
-    fs.add_value(
-        "log-level",
-        d.log_level,
-        "set log verbosity: debug, info, warn, error, or fatal",
-        parser=_log_level_flag,
-        coerce_as=FlagKind.STRING,
-        default_text=_LOG_LEVEL_DISPLAY.get(d.log_level, d.log_level.upper()),
+    add_log_flags(
+        fs,
+        level=d.log_level,
+        level_parser=parse_log_level,
+        level_text=_LOG_LEVEL_DISPLAY.get(d.log_level, d.log_level.upper()),
+        prefix=d.log_prefix,
     )
-    fs.add_string("log-prefix", d.log_prefix, "log message prefix")
-    fs.add_bool("verbose", False, "[deprecated] has no effect, use --log-level", cfg=None)
     fs.add_int(
         "node-id",
         d.node_id,
@@ -602,13 +598,12 @@ def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
     tls_required becomes "0"/"1"/"2", tls_min_version a version number as text (an empty
     value is dropped), log_level a lowercase name. OptionsError: ``failed parsing <key> <v>``.
     """
-    out = dict(cfg)
-    try:
-        normalise_config_value(out, "tls_required", lambda t: str(parse_tls_required(t)))
-        normalise_config_value(out, "tls_min_version", parse_tls_min_version)
-        normalise_config_value(out, "log_level", parse_log_level)
-    except ValueError as err:
-        raise OptionsError(str(err)) from None
+    checks: dict[str, Callable[[str], object]] = {
+        "tls_required": lambda t: str(parse_tls_required(t)),
+        "tls_min_version": parse_tls_min_version,
+        "log_level": parse_log_level,
+    }
+    out = check_config(cfg, checks, OptionsError)
     if "tls_min_version" in out:
         if out["tls_min_version"] is None:
             del out["tls_min_version"]
@@ -619,10 +614,7 @@ def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
 
 def resolve_options(fs: FlagSet, parsed: ParsedFlags, cfg: Mapping[str, object]) -> NsqdOptions:
     """Build NsqdOptions: command-line flag > config key > default. Raises ConfigError."""
-    opts = NsqdOptions()
-    for key, value in fs.resolve(parsed, cfg).items():
-        setattr(opts, _FIELD_BY_CFG.get(key, key), value)
-    return opts
+    return resolve_into(NsqdOptions(), fs, parsed, cfg, _FIELD_BY_CFG)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -692,29 +684,24 @@ def validate_alerts(opts: NsqdOptions) -> None:
 
 def version_string() -> str:
     """``nsqd --version`` output."""
-    return f"nsqd v{NSQ_VERSION} (built w/nsqpy-{__version__})"
-
-
-def _fatal(message: str) -> NoReturn:
-    # nsqd's logFatal: fixed "[nsqd] " prefix, microseconds, FATAL level, exit status 1.
-    exit_fatal(f"FATAL: {message}", prefix=_FATAL_PREFIX, micros=True)
+    return version_line("nsqd", NSQ_VERSION)
 
 
 def parse_nsqd_args(argv: Sequence[str]) -> NsqdOptions:
     """Turn nsqd's command line (without argv[0]) into validated options, exiting like nsqd
     on errors: usage errors exit 2, ``--help``/``--version`` exit 0, bad values exit 1."""
-    fs = nsqd_flag_set()
-    parsed, cfg = parse_command_line(
-        fs, argv, version=version_string(), validate_config=validate_config, fatal=_fatal
+    opts = parse_daemon_args(
+        nsqd_flag_set(),
+        argv,
+        daemon="nsqd",
+        version=version_string(),
+        validate_config=validate_config,
+        resolve=resolve_options,
     )
-    try:
-        opts = resolve_options(fs, parsed, cfg)
-    except ConfigError as err:
-        exit_fatal(str(err))  # go-options uses the standard logger: no prefix, no micros
     try:
         validate(opts)
     except OptionsError as err:
-        _fatal(f"failed to instantiate nsqd - {err}")
+        log_fatal("nsqd", f"failed to instantiate nsqd - {err}")
     return opts
 
 

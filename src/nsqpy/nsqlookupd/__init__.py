@@ -1,1 +1,6 @@
-"""nsqlookupd: the discovery daemon (registration DB, TCP V1 server, HTTP API)."""
+"""nsqlookupd: the discovery daemon.
+
+``registry`` is the pure registration DB (time passed in), ``tcp`` the V1 protocol adapter and
+``http_api`` the HTTP API, both seeing the daemon through ``context.LookupdContext``; ``app``
+wires them. It imports ``protocol`` and ``_internal`` only.
+"""

@@ -13,21 +13,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
-from nsqpy._internal.duration import SECOND
-from nsqpy._internal.goflag import (
-    ConfigError,
-    FlagKind,
-    FlagSet,
-    ParsedFlags,
-    exit_fatal,
-    normalise_config_value,
-    parse_command_line,
+from nsqpy._internal.daemon_options import (
+    add_log_flags,
+    check_config,
+    log_fatal,
+    log_prefix,
+    parse_daemon_args,
+    resolve_into,
+    version_line,
 )
+from nsqpy._internal.duration import SECOND
+from nsqpy._internal.goflag import FlagSet, ParsedFlags
 from nsqpy._internal.logs import parse_level
-from nsqpy._version import __version__
 from nsqpy.protocol.constants import NSQ_VERSION
 
-FATAL_PREFIX: Final = "[nsqlookupd] "
+FATAL_PREFIX: Final = log_prefix("nsqlookupd")
 
 
 class OptionsError(ValueError):
@@ -51,26 +51,15 @@ class NsqlookupdOptions:
     tombstone_lifetime: int = 45 * SECOND
 
 
-def _log_level_flag(text: str, _current: object) -> object:
-    return parse_log_level(text)
-
-
 def nsqlookupd_flag_set(defaults: NsqlookupdOptions | None = None) -> FlagSet:
     """nsqlookupd's flags, with defaults from ``defaults`` (a fresh NsqlookupdOptions if None)."""
     d = NsqlookupdOptions() if defaults is None else defaults
     fs = FlagSet("nsqlookupd")
     fs.add_string("config", "", "path to config file", cfg=None)
     fs.add_bool("version", False, "print version string", cfg=None)
-    fs.add_value(
-        "log-level",
-        d.log_level,
-        "set log verbosity: debug, info, warn, error, or fatal",
-        parser=_log_level_flag,
-        coerce_as=FlagKind.STRING,
-        default_text="INFO",
+    add_log_flags(
+        fs, level=d.log_level, level_parser=parse_log_level, level_text="INFO", prefix=FATAL_PREFIX
     )
-    fs.add_string("log-prefix", FATAL_PREFIX, "log message prefix")
-    fs.add_bool("verbose", False, "[deprecated] has no effect, use --log-level", cfg=None)
     fs.add_string("tcp-address", d.tcp_address, "<addr>:<port> to listen on for TCP clients")
     fs.add_string("http-address", d.http_address, "<addr>:<port> to listen on for HTTP clients")
     fs.add_string(
@@ -93,42 +82,34 @@ def nsqlookupd_flag_set(defaults: NsqlookupdOptions | None = None) -> FlagSet:
 
 def validate_config(cfg: Mapping[str, object]) -> dict[str, object]:
     """nsqlookupd's only config-file check: ``log_level`` (normalised to lowercase)."""
-    out = dict(cfg)
-    try:
-        normalise_config_value(out, "log_level", parse_log_level)
-    except ValueError as err:
-        raise OptionsError(str(err)) from None
-    return out
+    return check_config(cfg, {"log_level": parse_log_level}, OptionsError)
 
 
 def resolve_options(
     fs: FlagSet, parsed: ParsedFlags, cfg: Mapping[str, object]
 ) -> NsqlookupdOptions:
     """Command-line flag > config key > default. Raises ConfigError."""
-    opts = NsqlookupdOptions()
-    for key, value in fs.resolve(parsed, cfg).items():
-        setattr(opts, key, value)
-    return opts
+    return resolve_into(NsqlookupdOptions(), fs, parsed, cfg)
 
 
 def version_string() -> str:
     """``nsqlookupd --version`` output."""
-    return f"nsqlookupd v{NSQ_VERSION} (built w/nsqpy-{__version__})"
+    return version_line("nsqlookupd", NSQ_VERSION)
 
 
 def fatal(message: str) -> NoReturn:
     """apps/nsqlookupd's logFatal: fixed prefix, microseconds, FATAL level, exit status 1."""
-    exit_fatal(f"FATAL: {message}", prefix=FATAL_PREFIX, micros=True)
+    log_fatal("nsqlookupd", message)
 
 
 def parse_nsqlookupd_args(argv: Sequence[str]) -> NsqlookupdOptions:
     """nsqlookupd's command line (without argv[0]) into options, exiting as nsqlookupd does:
     usage errors exit 2, ``--help``/``--version`` exit 0, bad values exit 1."""
-    fs = nsqlookupd_flag_set()
-    parsed, cfg = parse_command_line(
-        fs, argv, version=version_string(), validate_config=validate_config, fatal=fatal
+    return parse_daemon_args(
+        nsqlookupd_flag_set(),
+        argv,
+        daemon="nsqlookupd",
+        version=version_string(),
+        validate_config=validate_config,
+        resolve=resolve_options,
     )
-    try:
-        return resolve_options(fs, parsed, cfg)
-    except ConfigError as err:
-        exit_fatal(str(err))  # go-options uses the standard logger: no prefix, no micros
