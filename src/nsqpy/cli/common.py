@@ -316,3 +316,30 @@ async def until_shutdown(shutdown: Shutdown, work: Awaitable[T]) -> T | None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     return None
+
+
+def begin(
+    fs: FlagSet, argv: Sequence[str] | None, app: str, build: Callable[[ParsedFlags], T]
+) -> tuple[ParsedFlags, T] | None:
+    """A consumer utility's prologue: parse the flags, answer ``--version`` (None: the app then
+    exits 0), build its options and send the client library's log to stderr."""
+    parsed = parse(fs, argv)
+    if handle_version(parsed, app):
+        return None
+    opts = build(parsed)
+    setup_logging()
+    return parsed, opts
+
+
+def until_done(work: Callable[[], Awaitable[object]], error: type[Exception]) -> Main:
+    """A ``run`` main that awaits ``work()`` until it ends or shutdown comes; ``error`` is
+    the utility's own failure, reported as a :class:`Fatal`."""
+
+    async def serve(shutdown: Shutdown) -> int:
+        try:
+            await until_shutdown(shutdown, work())
+        except error as err:
+            raise Fatal(str(err)) from None
+        return 0
+
+    return serve

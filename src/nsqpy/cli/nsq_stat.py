@@ -95,16 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if common.handle_version(parsed, APP):
         return 0
     opts = options(parsed)
-
-    async def serve(shutdown: common.Shutdown) -> int:
-        try:
-            await common.until_shutdown(shutdown, stat_loop(opts, _write))
-        except StatError as err:
-            raise common.Fatal(str(err)) from None
-        return 0
-
     # nsq_stat also quits on SIGHUP.
-    return common.run(serve, signals=(*common.STOP_SIGNALS, signal.SIGHUP))
+    return common.run(
+        common.until_done(lambda: stat_loop(opts, _write), StatError),
+        signals=(*common.STOP_SIGNALS, signal.SIGHUP),
+    )
 
 
 if __name__ == "__main__":

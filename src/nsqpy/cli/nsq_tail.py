@@ -63,20 +63,13 @@ def options(parsed: ParsedFlags) -> TailOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parsed = common.parse(flag_set(argv), argv)
-    if common.handle_version(parsed, APP):
+    started = common.begin(flag_set(argv), argv, APP, options)
+    if started is None:
         return 0
-    opts = options(parsed)
-    common.setup_logging()
-
-    async def serve(shutdown: common.Shutdown) -> int:
-        try:
-            await common.until_shutdown(shutdown, tail(opts, sys.stdout.buffer, common.logf))
-        except TailError as err:
-            raise common.Fatal(str(err)) from None
-        return 0
-
-    return common.run(serve)
+    _, opts = started
+    return common.run(
+        common.until_done(lambda: tail(opts, sys.stdout.buffer, common.logf), TailError)
+    )
 
 
 if __name__ == "__main__":

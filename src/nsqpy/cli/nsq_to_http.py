@@ -128,11 +128,10 @@ def options(parsed: ParsedFlags) -> ToHttpOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parsed = common.parse(flag_set(argv), argv)
-    if common.handle_version(parsed, APP):
+    started = common.begin(flag_set(argv), argv, APP, options)
+    if started is None:
         return 0
-    opts = options(parsed)
-    common.setup_logging()
+    parsed, opts = started
     cfg = common.client_config(
         APP, common.strings(parsed, "consumer-opt"), max_in_flight=_int(parsed, "max-in-flight")
     )

@@ -112,20 +112,11 @@ def options(parsed: ParsedFlags) -> RelayOptions:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parsed = common.parse(flag_set(argv), argv)
-    if common.handle_version(parsed, APP):
+    started = common.begin(flag_set(argv), argv, APP, options)
+    if started is None:
         return 0
-    opts = options(parsed)
-    common.setup_logging()
-
-    async def serve(shutdown: common.Shutdown) -> int:
-        try:
-            await common.until_shutdown(shutdown, relay(opts, common.logf))
-        except RelayError as err:
-            raise common.Fatal(str(err)) from None
-        return 0
-
-    return common.run(serve)
+    _, opts = started
+    return common.run(common.until_done(lambda: relay(opts, common.logf), RelayError))
 
 
 if __name__ == "__main__":
