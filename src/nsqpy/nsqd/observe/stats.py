@@ -36,7 +36,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nsqpy._internal.duration import SECOND, format_go_duration
@@ -100,6 +100,16 @@ def e2e_latency(owner: Topic | Channel) -> E2eResult:
 
 
 # -- records --------------------------------------------------------------------------------------
+
+
+def _fields_json(record: Any, omit: tuple[str, ...] = (), **shown: object) -> dict[str, object]:
+    """A record's fields in declaration order, which is nsqd's JSON order; ``shown`` gives a
+    field's JSON form where it is not the value itself, ``omit`` leaves fields out."""
+    return {
+        f.name: shown[f.name] if f.name in shown else getattr(record, f.name)
+        for f in fields(record)
+        if f.name not in omit
+    }
 
 
 @dataclass(slots=True)
@@ -198,13 +208,7 @@ class PolicyStats:
     expired_count: int
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "max_attempts": self.max_attempts,
-            "message_ttl": format_go_duration(self.message_ttl),
-            "dead_letter_topic": self.dead_letter_topic,
-            "dead_letter_count": self.dead_letter_count,
-            "expired_count": self.expired_count,
-        }
+        return _fields_json(self, message_ttl=format_go_duration(self.message_ttl))
 
     def text(self) -> str:
         return (
@@ -231,20 +235,8 @@ class ChannelStats:
     policy: PolicyStats | None = None
 
     def to_json(self) -> dict[str, object]:
-        doc: dict[str, object] = {
-            "channel_name": self.channel_name,
-            "depth": self.depth,
-            "backend_depth": self.backend_depth,
-            "in_flight_count": self.in_flight_count,
-            "deferred_count": self.deferred_count,
-            "message_count": self.message_count,
-            "requeue_count": self.requeue_count,
-            "timeout_count": self.timeout_count,
-            "client_count": self.client_count,
-            "clients": None if self.clients is None else [c.to_json() for c in self.clients],
-            "paused": self.paused,
-            "e2e_processing_latency": self.e2e_processing_latency,
-        }
+        clients = None if self.clients is None else [c.to_json() for c in self.clients]
+        doc = _fields_json(self, omit=("policy",), clients=clients)
         if self.policy is not None:
             doc.update(self.policy.to_json())
         return doc
@@ -262,16 +254,7 @@ class TopicStats:
     e2e_processing_latency: E2eResult
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "topic_name": self.topic_name,
-            "channels": [c.to_json() for c in self.channels],
-            "depth": self.depth,
-            "backend_depth": self.backend_depth,
-            "message_count": self.message_count,
-            "message_bytes": self.message_bytes,
-            "paused": self.paused,
-            "e2e_processing_latency": self.e2e_processing_latency,
-        }
+        return _fields_json(self, channels=[c.to_json() for c in self.channels])
 
 
 @dataclass(slots=True)
@@ -289,17 +272,7 @@ class MemoryStats:
     gc_total_runs: int = 0
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "heap_objects": self.heap_objects,
-            "heap_idle_bytes": self.heap_idle_bytes,
-            "heap_in_use_bytes": self.heap_in_use_bytes,
-            "heap_released_bytes": self.heap_released_bytes,
-            "gc_pause_usec_100": self.gc_pause_usec_100,
-            "gc_pause_usec_99": self.gc_pause_usec_99,
-            "gc_pause_usec_95": self.gc_pause_usec_95,
-            "next_gc_bytes": self.next_gc_bytes,
-            "gc_total_runs": self.gc_total_runs,
-        }
+        return _fields_json(self)
 
 
 @dataclass(slots=True)
