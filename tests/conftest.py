@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import uvloop
+from daemon_process import in_process, with_overrides
 
 from nsqpy.nsqd.app import NSQD
 from nsqpy.nsqd.options import NsqdOptions
@@ -33,23 +34,16 @@ def pytest_asyncio_loop_factories(
 @pytest.fixture
 async def nsqd_factory(tmp_path: Path) -> AsyncIterator[NsqdFactory]:
     """Start in-process nsqd instances with option overrides; all are stopped afterwards."""
-    started: list[NSQD] = []
 
-    async def start(**overrides: Any) -> NSQD:
+    def build(n: int, overrides: dict[str, Any]) -> NSQD:
         opts = NsqdOptions()
         opts.tcp_address = "127.0.0.1:0"
         opts.http_address = "127.0.0.1:0"
-        opts.data_path = str(tmp_path / f"nsqd{len(started)}")
-        for name, value in overrides.items():
-            setattr(opts, name, value)
-        daemon = NSQD(opts)
-        await daemon.start()
-        started.append(daemon)
-        return daemon
+        opts.data_path = str(tmp_path / f"nsqd{n}")
+        return NSQD(with_overrides(opts, overrides))
 
-    yield start
-    for daemon in started:
-        await daemon.stop()
+    async with in_process(build) as start:
+        yield start
 
 
 @pytest.fixture

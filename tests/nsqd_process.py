@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import sys
 from pathlib import Path
 
+from daemon_process import LISTENING
+
 NSQD = [sys.executable, "-m", "nsqpy.nsqd"]
-LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 
 
 class NsqdProcess:

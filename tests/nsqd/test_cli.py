@@ -10,33 +10,18 @@ import sys
 from pathlib import Path
 
 import aiohttp
+from daemon_process import Started, start_process, stop_process
 
 NSQD = [sys.executable, "-m", "nsqpy.nsqd"]
-LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 LOG_LINE = re.compile(rb"^\[nsqd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} (INFO|WARNING|FATAL): ")
 
 
-async def start(*args: str) -> tuple[asyncio.subprocess.Process, dict[str, int], list[bytes]]:
-    proc = await asyncio.create_subprocess_exec(
-        *NSQD, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    assert proc.stderr is not None
-    ports: dict[str, int] = {}
-    lines: list[bytes] = []
-    async with asyncio.timeout(20):
-        while len(ports) < 2:
-            line = await proc.stderr.readline()
-            assert line, b"".join(lines)
-            lines.append(line)
-            if match := LISTENING.search(line):
-                ports[match.group(1).decode()] = int(match.group(2))
-    return proc, ports, lines
+async def start(*args: str) -> Started:
+    return await start_process(NSQD, *args)
 
 
 async def stop(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM) -> int:
-    proc.send_signal(sig)
-    async with asyncio.timeout(10):
-        return await proc.wait()
+    return await stop_process(proc, sig)
 
 
 async def test_flags_config_file_and_clean_sigterm(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from daemon_process import in_process, with_overrides
 
 from nsqpy.nsqlookupd.app import NSQLookupd
 from nsqpy.nsqlookupd.options import NsqlookupdOptions
@@ -41,22 +42,15 @@ def clock() -> FakeClock:
 @pytest.fixture
 async def lookupd_factory(clock: FakeClock) -> AsyncIterator[LookupdFactory]:
     """Start in-process nsqlookupd instances (option overrides as keywords), on ``clock``."""
-    started: list[NSQLookupd] = []
 
-    async def start(**overrides: Any) -> NSQLookupd:
+    def build(n: int, overrides: dict[str, Any]) -> NSQLookupd:
         opts = NsqlookupdOptions(
             tcp_address="127.0.0.1:0", http_address="127.0.0.1:0", broadcast_address="lookupd.test"
         )
-        for name, value in overrides.items():
-            setattr(opts, name, value)
-        daemon = NSQLookupd(opts, clock=clock)
-        await daemon.start()
-        started.append(daemon)
-        return daemon
+        return NSQLookupd(with_overrides(opts, overrides), clock=clock)
 
-    yield start
-    for daemon in started:
-        await daemon.stop()
+    async with in_process(build) as start:
+        yield start
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from daemon_process import Started, start_process, stop_process
 
 from nsqpy.nsqlookupd.options import (
     NsqlookupdOptions,
@@ -24,36 +25,17 @@ from nsqpy.nsqlookupd.options import (
 from .conftest import SECOND, V1Client
 
 NSQLOOKUPD = [sys.executable, "-m", "nsqpy.nsqlookupd"]
-LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 LOG_LINE = re.compile(rb"^\[nsqlookupd\] \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{6} (INFO|FATAL): ")
 
 
-async def start(*args: str) -> tuple[asyncio.subprocess.Process, dict[str, int], list[bytes]]:
-    proc = await asyncio.create_subprocess_exec(
-        *NSQLOOKUPD,
-        "--tcp-address=127.0.0.1:0",
-        "--http-address=127.0.0.1:0",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+async def start(*args: str) -> Started:
+    return await start_process(
+        NSQLOOKUPD, "--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *args
     )
-    assert proc.stderr is not None
-    ports: dict[str, int] = {}
-    lines: list[bytes] = []
-    async with asyncio.timeout(20):
-        while len(ports) < 2:
-            line = await proc.stderr.readline()
-            assert line, b"".join(lines)
-            lines.append(line)
-            if match := LISTENING.search(line):
-                ports[match.group(1).decode()] = int(match.group(2))
-    return proc, ports, lines
 
 
 async def stop(proc: asyncio.subprocess.Process, sig: int = signal.SIGTERM) -> int:
-    proc.send_signal(sig)
-    async with asyncio.timeout(10):
-        return await proc.wait()
+    return await stop_process(proc, sig)
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
