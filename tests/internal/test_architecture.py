@@ -76,3 +76,17 @@ def test_protocol_doing_io_breaks_the_build(tmp_path: Path) -> None:
     result = lint_imports(src)
     assert result.returncode != 0
     assert "nsqpy.protocol.frames -> asyncio" in result.stdout
+
+
+def test_no_module_of_src_sits_on_an_import_cycle() -> None:
+    """Sibling cycles are import-linter's; this also catches a package and its own module
+    importing each other (which acyclic_siblings does not look at)."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("nsqpy")
+    cycles = sorted(
+        f"{importer} <-> {imported}"
+        for importer in graph.modules
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if graph.chain_exists(imported=importer, importer=imported)
+    )
+    assert cycles == []

@@ -17,23 +17,8 @@ explains what is missing) without it. Options and guarantees: docs/spark.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from nsqpy.spark.env import SparkSetupError, check_packages
-from nsqpy.spark.session import build_session
+from nsqpy.spark.env import SparkSetupError
+from nsqpy.spark.session import FORMAT, build_session, register
 from nsqpy.spark.stopping import stop_when_idle
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 __all__ = ["FORMAT", "SparkSetupError", "build_session", "register", "stop_when_idle"]
-
-FORMAT = "nsq"
-
-
-def register(spark: SparkSession) -> None:
-    """Make ``format("nsq")`` available in ``spark``."""
-    check_packages()
-    from nsqpy.spark.source import NsqDataSource
-
-    spark.dataSource.register(NsqDataSource)

@@ -14,6 +14,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DRIVER_HOST: Final = "spark.driver.host"
+#: The data source's short name: ``spark.readStream.format(FORMAT)``.
+FORMAT: Final = "nsq"
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("nsq")`` available in ``spark``."""
+    check_packages()
+    from nsqpy.spark.source import NsqDataSource
+
+    spark.dataSource.register(NsqDataSource)
 
 
 def _is_loopback(host: str) -> bool:
@@ -74,7 +84,5 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    from nsqpy.spark import register
-
     register(spark)
     return spark
