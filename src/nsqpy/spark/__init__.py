@@ -13,6 +13,9 @@
 
 pyspark is imported only when one of these functions runs, so ``import nsqpy.spark`` works (and
 explains what is missing) without it. Options and guarantees: docs/spark.md.
+
+The package may import ``client``, ``protocol`` and ``_internal`` (and pyspark, lazily); only
+``cli`` imports it.
 """
 
 from __future__ import annotations
