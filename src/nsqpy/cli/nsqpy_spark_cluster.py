@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from nsqpy.spark.env import SparkSetupError
+from nsqpy.spark.jobs.cli import positive_int
 from nsqpy.spark.standalone import (
     DEFAULT_EXECUTOR_MEMORY_MIB,
     ClusterConfig,
@@ -27,16 +28,6 @@ from nsqpy.spark.standalone import (
 PROG: Final = "nsqpy-spark-cluster"
 #: How often the launcher looks at its daemons while it waits for a signal.
 WATCH_INTERVAL: Final = 1.0
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _port(text: str) -> int:
@@ -64,8 +55,8 @@ def parser() -> argparse.ArgumentParser:
         "installed pyspark, wait until the workers are registered, print the --master URL "
         "for nsqpy-archive/-replay/-report, and stop them all on Ctrl-C or SIGTERM.",
     )
-    p.add_argument("--workers", type=_count, default=1, metavar="N", help="default: 1")
-    p.add_argument("--cores", type=_count, default=1, metavar="C",
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N", help="default: 1")
+    p.add_argument("--cores", type=positive_int, default=1, metavar="C",
                    help="cores each worker offers (default: 1)")  # fmt: skip
     p.add_argument("--memory", type=_memory, default="2g", metavar="SIZE",
                    help="memory each worker offers to executors, e.g. 512m, 2g (default: 2g); "
