@@ -22,6 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import Final
 
+from nsqpy._internal.compiled import load
 from nsqpy.protocol.constants import BODY_COMMANDS, MAX_LINE_LENGTH
 from nsqpy.protocol.errors import ClientError, SilentClose
 
@@ -93,12 +94,9 @@ class CommandReader:
         """
         if self._state != _LINE:
             return []
-        data, pos = self._data, self._pos
-        run = _FIN_RUN.match(data, pos)
-        if run is None:
-            return []
-        self._pos = run.end()
-        return [data[i : i + 16] for i in range(pos + 4, run.end(), 21)]
+        ids = fin_run(self._data, self._pos)
+        self._pos += 21 * len(ids)
+        return ids
 
     def next(self) -> Command | None:
         if self._state == _LINE:
@@ -173,7 +171,15 @@ class CommandReader:
             raise ClientError("E_BAD_BODY", f"{cmd} invalid body size {size}")
 
 
-def parse_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
+def py_fin_run(data: bytes, pos: int) -> list[bytes]:
+    """The ids of the plain ``FIN <id>\\n`` lines (21 bytes each) starting at ``pos``."""
+    run = _FIN_RUN.match(data, pos)
+    if run is None:
+        return []
+    return [data[i : i + 16] for i in range(pos + 4, run.end(), 21)]
+
+
+def py_parse_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes]:
     """Split an MPUB payload ``[4B count]([4B size][data])*`` into message bodies.
 
     This is the TCP MPUB body after its size field, and the whole body of HTTP
@@ -204,3 +210,9 @@ def parse_mpub(body: bytes, max_msg_size: int, max_body_size: int) -> list[bytes
         append(body[pos : pos + size])
         pos += size
     return out
+
+
+# The compiled twins (nsqpy.protocol._cwire), unless NSQPY_PURE_PYTHON=1 or not built.
+_cwire = load("nsqpy.protocol._cwire")
+fin_run = py_fin_run if _cwire is None else _cwire.fin_run
+parse_mpub = py_parse_mpub if _cwire is None else _cwire.parse_mpub

@@ -11,8 +11,10 @@ Frame types: 0 response, 1 error, 2 message. All integers are big-endian.
 from __future__ import annotations
 
 import struct
-from typing import Final, NamedTuple
+from collections.abc import Callable
+from typing import Final, NamedTuple, Protocol
 
+from nsqpy._internal.compiled import load
 from nsqpy.protocol.constants import (
     CLOSE_WAIT,
     FRAME_TYPE_ERROR,
@@ -28,6 +30,7 @@ _FRAME_HEADER: Final = struct.Struct(">ii")
 MESSAGE_HEADER: Final = struct.Struct(">iiqH")
 #: Bytes a message frame adds around its body: size, type, timestamp, attempts, id.
 MESSAGE_FRAME_OVERHEAD: Final = 4 + 4 + 8 + 2 + 16
+_pack_header = MESSAGE_HEADER.pack
 
 
 def encode_frame(frame_type: int, data: bytes) -> bytes:
@@ -46,6 +49,66 @@ def encode_message(timestamp: int, attempts: int, msg_id: bytes, body: bytes) ->
     """A complete message frame (the broker's hot path builds the same bytes inline)."""
     size = MESSAGE_FRAME_OVERHEAD - 4 + len(body)
     return MESSAGE_HEADER.pack(size, FRAME_TYPE_MESSAGE, timestamp, attempts) + msg_id + body
+
+
+class Framed(Protocol):
+    """What a message frame is made of (nsqd's channel messages are such)."""
+
+    @property
+    def id(self) -> bytes: ...
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+    @property
+    def attempts(self) -> int: ...
+
+
+class SinkOwner(Protocol):
+    """A connection's output side, as a :class:`MessageSink` fills it (no I/O here)."""
+
+    _out: bytearray
+    flush_pending: bool
+
+    def flush(self) -> None: ...
+
+    def request_flush(self) -> None: ...
+
+
+class Sink(Protocol):
+    def write(self, msg: Framed) -> None: ...
+
+
+class PyMessageSink:
+    """Frames delivered messages into ``owner._out``: ``write(msg)`` appends a message frame,
+    then has the owner flush at ``flush_at`` bytes, or schedule a flush if none is pending.
+
+    The broker hands ``write`` to the channel as the client's ``write_message``; it runs once
+    per delivered message.
+    """
+
+    __slots__ = ("_flush_at", "_owner")
+
+    def __init__(self, owner: SinkOwner, flush_at: int) -> None:
+        self._owner = owner
+        self._flush_at = flush_at
+
+    def write(self, msg: Framed) -> None:
+        owner = self._owner
+        out = owner._out
+        body = msg.body
+        out += _pack_header(
+            len(body) + 30, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF
+        )
+        out += msg.id
+        out += body
+        if len(out) >= self._flush_at:
+            owner.flush()
+        elif not owner.flush_pending:
+            owner.request_flush()
 
 
 OK_FRAME: Final = encode_response(OK)
@@ -101,3 +164,10 @@ class FrameDecoder:
         while (frame := self.next()) is not None:
             out.append(frame)
         return out
+
+
+# The compiled twin (nsqpy.protocol._cwire), unless NSQPY_PURE_PYTHON=1 or not built.
+_cwire = load("nsqpy.protocol._cwire")
+MessageSink: Callable[[SinkOwner, int], Sink] = (
+    PyMessageSink if _cwire is None else _cwire.MessageSink
+)

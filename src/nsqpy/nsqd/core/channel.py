@@ -42,11 +42,19 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import count
 
+from nsqpy._internal.compiled import load
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.core.client import STATE_CLOSING, ClientState
 from nsqpy.nsqd.core.errors import Exiting, InFlightError, TooManyConsumers
-from nsqpy.nsqd.core.message import Message, Queued, delivered, from_record, materialize
+from nsqpy.nsqd.core.message import (
+    Message,
+    Queued,
+    delivered,
+    from_record,
+    materialize,
+    plain_message,
+)
 from nsqpy.nsqd.core.policy import OFF, Effective, Settings
 from nsqpy.nsqd.core.quantile import NOT_TRACKED, LatencySummary, WindowedQuantile
 from nsqpy.protocol.names import is_ephemeral
@@ -290,32 +298,8 @@ class Channel:
             return
         if self.policed:
             msgs = self._admit_all(msgs)
-        ready = self._ready
         count = len(msgs)
-        i = 0
-        while i < count and ready and not self.paused:
-            client = ready[0]
-            if client.rdy <= len(client.in_flight) or not client.writable:
-                ready.popleft()
-                client.in_ready = False
-                continue
-            item = msgs[i]
-            if client.sample_rate:
-                self._send(client, materialize(item), now)
-            else:  # _send inlined: this runs once per published message
-                if isinstance(item, tuple):
-                    msg = delivered(item, now, client.msg_timeout)
-                else:
-                    msg = item
-                    msg.attempts += 1
-                    msg.delivery_ts = now
-                    msg.deadline = now + client.msg_timeout
-                client.in_flight[msg.id] = msg
-                client.message_count += 1
-                self.in_flight_count += 1
-                client.write_message(msg)
-            i += 1
-            ready.rotate(-1)
+        i = _deliver(self, msgs, now)
         if i < count:
             self._store(msgs[i:] if i else msgs, now)
 
@@ -407,6 +391,11 @@ class Channel:
             data, token = item
             self.hooks.touched(backend)
             try:
+                msg = _plain_message(data)  # None for an extended record: decoded below
+                if msg is not None:
+                    if self.durable:
+                        msg.token = token
+                    return msg
                 rec = records.decode(data)
             except ValueError as err:
                 log.error("channel %s:%s skipping bad record - %s", self.topic_name, self.name, err)
@@ -485,40 +474,7 @@ class Channel:
 
     def _fill(self, client: ClientState, now: float) -> None:
         """Deliver queued messages while the client's window is open (no policy to apply)."""
-        queue = self.queue
-        in_flight = client.in_flight
-        timeout = client.msg_timeout
-        write = client.write_message
-        backend = self.backend
-        # write may fill the transport and clear client.writable mid-way.
-        while client.rdy > len(in_flight) and client.writable:
-            if queue:
-                item = queue.popleft()
-                if isinstance(item, tuple) and not client.sample_rate:
-                    msg = delivered(item, now, timeout)  # the common case, in one step
-                    in_flight[msg.id] = msg
-                    client.message_count += 1
-                    self.in_flight_count += 1
-                    write(msg)
-                    continue
-                msg = materialize(item)
-            elif backend is not None and backend.depth:
-                next_msg = self._pop_queued(now)
-                if next_msg is None:
-                    break
-                msg = next_msg
-            else:
-                break
-            if client.sample_rate:
-                self._send(client, msg, now)
-                continue
-            msg.attempts += 1  # _send inlined: once per delivered message
-            msg.delivery_ts = now
-            msg.deadline = now + timeout
-            in_flight[msg.id] = msg
-            client.message_count += 1
-            self.in_flight_count += 1
-            write(msg)
+        _fill_window(self, client, now)
 
     def _fill_screened(self, client: ClientState, now: float) -> None:
         """``_fill`` for a channel with a policy: every message is screened before it goes.
@@ -601,26 +557,7 @@ class Channel:
         self, client: ClientState, ids: list[bytes], now: float
     ) -> list[tuple[bytes, str]]:
         """FIN a batch of ids; returns ``(id, reason)`` for each that failed, in order."""
-        in_flight = client.in_flight
-        errors: list[tuple[bytes, str]] = []
-        done = 0
-        e2e = self.e2e
-        wall = self.wall_ns() if e2e is not None else 0  # one clock read for the batch
-        for msg_id in ids:
-            msg = in_flight.pop(msg_id, None)
-            if msg is None:
-                errors.append((msg_id, self._why_not_in_flight(msg_id)))
-                continue
-            done += 1
-            if msg.token >= 0:
-                self._forget(msg)
-            if e2e is not None:
-                e2e.insert(wall - msg.timestamp, wall)
-        self.in_flight_count -= done
-        client.finish_count += done
-        if done and (not client.in_ready or self._backlog()):
-            self.client_ready(client, now)
-        return errors
+        return _finish_batch(self, client, ids, now)
 
     def requeue(self, client: ClientState, msg_id: bytes, delay: float, now: float) -> None:
         msg = self._take(client, msg_id)
@@ -740,3 +677,114 @@ class Channel:
         self.queue.clear()
         self._deferred.clear()
         return len(batch)
+
+
+# -- the per-message loops, and their compiled twins ------------------------------------------
+# Each ``py_*`` function is a loop of Channel's, kept apart so that nsqpy.nsqd.core._cdelivery
+# can replace it statement for statement; the tests run both (NSQPY_PURE_PYTHON=1 picks these).
+
+
+def py_deliver(channel: Channel, msgs: list[Queued], now: float) -> int:
+    """``put_many``'s loop: hand ``msgs`` to ready clients in turn; returns how many went."""
+    ready = channel._ready
+    count = len(msgs)
+    i = 0
+    while i < count and ready and not channel.paused:
+        client = ready[0]
+        if client.rdy <= len(client.in_flight) or not client.writable:
+            ready.popleft()
+            client.in_ready = False
+            continue
+        item = msgs[i]
+        if client.sample_rate:
+            channel._send(client, materialize(item), now)
+        else:  # _send inlined: this runs once per published message
+            if isinstance(item, tuple):
+                msg = delivered(item, now, client.msg_timeout)
+            else:
+                msg = item
+                msg.attempts += 1
+                msg.delivery_ts = now
+                msg.deadline = now + client.msg_timeout
+            client.in_flight[msg.id] = msg
+            client.message_count += 1
+            channel.in_flight_count += 1
+            client.write_message(msg)
+        i += 1
+        ready.rotate(-1)
+    return i
+
+
+def py_fill(channel: Channel, client: ClientState, now: float) -> None:
+    """``_fill``'s loop: deliver queued messages while the client's window is open."""
+    queue = channel.queue
+    in_flight = client.in_flight
+    timeout = client.msg_timeout
+    write = client.write_message
+    backend = channel.backend
+    # write may fill the transport and clear client.writable mid-way.
+    while client.rdy > len(in_flight) and client.writable:
+        if queue:
+            item = queue.popleft()
+            if isinstance(item, tuple) and not client.sample_rate:
+                msg = delivered(item, now, timeout)  # the common case, in one step
+                in_flight[msg.id] = msg
+                client.message_count += 1
+                channel.in_flight_count += 1
+                write(msg)
+                continue
+            msg = materialize(item)
+        elif backend is not None and backend.depth:
+            next_msg = channel._pop_queued(now)
+            if next_msg is None:
+                break
+            msg = next_msg
+        else:
+            break
+        if client.sample_rate:
+            channel._send(client, msg, now)
+            continue
+        msg.attempts += 1  # _send inlined: once per delivered message
+        msg.delivery_ts = now
+        msg.deadline = now + timeout
+        in_flight[msg.id] = msg
+        client.message_count += 1
+        channel.in_flight_count += 1
+        write(msg)
+
+
+def py_finish_many(
+    channel: Channel, client: ClientState, ids: list[bytes], now: float
+) -> list[tuple[bytes, str]]:
+    """``finish_many``: FIN a batch of ids; ``(id, reason)`` for each that failed."""
+    in_flight = client.in_flight
+    errors: list[tuple[bytes, str]] = []
+    done = 0
+    e2e = channel.e2e
+    wall = channel.wall_ns() if e2e is not None else 0  # one clock read for the batch
+    for msg_id in ids:
+        msg = in_flight.pop(msg_id, None)
+        if msg is None:
+            errors.append((msg_id, channel._why_not_in_flight(msg_id)))
+            continue
+        done += 1
+        if msg.token >= 0:
+            channel._forget(msg)
+        if e2e is not None:
+            e2e.insert(wall - msg.timestamp, wall)
+    channel.in_flight_count -= done
+    client.finish_count += done
+    if done and (not client.in_ready or channel._backlog()):
+        channel.client_ready(client, now)
+    return errors
+
+
+_c = load("nsqpy.nsqd.core._cdelivery")
+_deliver: Callable[[Channel, list[Queued], float], int] = py_deliver if _c is None else _c.deliver
+_fill_window: Callable[[Channel, ClientState, float], None] = py_fill if _c is None else _c.fill
+_finish_batch: Callable[[Channel, ClientState, list[bytes], float], list[tuple[bytes, str]]] = (
+    py_finish_many if _c is None else _c.finish_many
+)
+_plain_message: Callable[[bytes], Message | None] = (
+    plain_message if _c is None else _c.plain_message
+)

@@ -12,7 +12,10 @@ unique and increasing while the clock catches up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
+
+from nsqpy._internal.compiled import load
 
 EPOCH: Final = 1288834974288
 _SEQUENCE_MASK: Final = 0xFFF
@@ -46,9 +49,20 @@ class GuidFactory:
                 last_ts += 1
                 seq = -1
             take = min(count, _SEQUENCE_MASK - seq)
-            prefix = b"%013x" % ((((last_ts - EPOCH) << 22) | node) >> 12)
-            out.extend([prefix + tail for tail in _SEQUENCE_HEX[seq + 1 : seq + 1 + take]])
+            _render_ids(out, (((last_ts - EPOCH) << 22) | node) >> 12, seq + 1, take)
             seq += take
             count -= take
         self._last_ts, self._seq = last_ts, seq
         return out
+
+
+def py_render_ids(out: list[bytes], prefix: int, first: int, take: int) -> None:
+    """Append ids ``prefix`` (13 hex digits) + sequence ``first .. first+take-1`` (3 digits)."""
+    head = b"%013x" % prefix
+    out.extend([head + tail for tail in _SEQUENCE_HEX[first : first + take]])
+
+
+_c = load("nsqpy.nsqd.core._cdelivery")
+_render_ids: Callable[[list[bytes], int, int, int], None] = (
+    py_render_ids if _c is None else _c.render_ids
+)

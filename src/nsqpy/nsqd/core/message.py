@@ -76,6 +76,15 @@ def from_record(rec: records.Record) -> Message:
     return msg
 
 
+def plain_message(data: bytes) -> Message | None:
+    """The Message of a plain (NSQ-format) disk record, as ``from_record(records.decode(data))``
+    makes it; None for a record that may be extended (first byte 0xff), left to those two.
+    Raises ValueError for one too short to be a message."""
+    if data[:1] == b"\xff":
+        return None
+    return from_record(records.decode(data))
+
+
 #: A message that no client has seen yet, as queues hold it: ``(id, body, timestamp)``.
 #: Immutable, so every channel shares the same one, and the cyclic GC does not track it.
 Entry: TypeAlias = tuple[bytes, bytes, int]

@@ -27,18 +27,17 @@ from nsqpy.nsqd.core.client import (
     ClientState,
 )
 from nsqpy.nsqd.core.errors import BrokerError, InFlightError
-from nsqpy.nsqd.core.message import Message
 from nsqpy.nsqd.server.context import Daemon
 from nsqpy.nsqd.server.tcp_handshake import Handler, HandshakeMixin
 from nsqpy.protocol.command_reader import CommandReader, parse_mpub
 from nsqpy.protocol.compression import CompressionError, StreamDecoder, StreamEncoder
-from nsqpy.protocol.constants import FRAME_TYPE_MESSAGE, MAGIC_V2, MSG_ID_LENGTH
+from nsqpy.protocol.constants import MAGIC_V2, MSG_ID_LENGTH
 from nsqpy.protocol.errors import ClientError, SilentClose
 from nsqpy.protocol.frames import (
     CLOSE_WAIT_FRAME,
     HEARTBEAT_FRAME,
-    MESSAGE_HEADER,
     OK_FRAME,
+    MessageSink,
     encode_error,
 )
 from nsqpy.protocol.identify import ClientSettings
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nsqpy.nsqd")
 
 _FLUSH_AT: Final = 65536
-_pack_header = MESSAGE_HEADER.pack
 _MS: Final = 1_000_000
 #: Decompressed bytes handed to the command reader per step (bounds a decompression bomb).
 _INFLATE_STEP: Final = 65536
@@ -84,7 +82,8 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             msg_timeout=opts.msg_timeout // _MS,
         )
         self.reader = CommandReader(opts.max_msg_size, opts.max_body_size, self._line_check)
-        self.state = ClientState(nsqd.next_client_id(), self._write_message)
+        # Delivered messages are framed into _out by the sink (compiled, or its Python twin).
+        self.state = ClientState(nsqd.next_client_id(), MessageSink(self, _FLUSH_AT).write)
         self.state.msg_timeout = self.settings.msg_timeout / 1000
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
@@ -355,18 +354,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         elif self._out and not self.flush_pending:
             self.nsqd.schedule_flush(self)
 
-    def _write_message(self, msg: Message) -> None:
-        out = self._out
-        body = msg.body
-        out += _pack_header(
-            len(body) + 30, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF
-        )
-        out += msg.id
-        out += body
-        if len(out) >= _FLUSH_AT:
-            self.flush()
-        elif not self.flush_pending:
-            self.nsqd.schedule_flush(self)
+    def request_flush(self) -> None:
+        """Flush at the next loop iteration, with every other connection that has output."""
+        self.nsqd.schedule_flush(self)
 
     def flush(self) -> None:
         self.flush_pending = False

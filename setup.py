@@ -1,0 +1,60 @@
+"""Builds nsqpy's optional compiled core (Cython); everything else is in pyproject.toml.
+
+Each extension has a pure-Python twin, so a machine without Cython or a C compiler gets a
+working nsqpy: the build prints one warning line and leaves the extension out.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+#: (module, source): the compiled twins of the per-message hot path.
+EXTENSIONS = [
+    ("nsqpy.protocol._cwire", "src/nsqpy/protocol/_cwire.pyx"),
+    ("nsqpy.nsqd.core._cdelivery", "src/nsqpy/nsqd/core/_cdelivery.pyx"),
+]
+
+
+def _warn(reason: str) -> None:
+    print(
+        f"WARNING: nsqpy's compiled core was not built ({reason}); using pure Python",
+        file=sys.stderr,
+    )
+
+
+class OptionalBuildExt(build_ext):
+    """``build_ext`` whose failures are a warning, never a failed install."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as err:  # noqa: BLE001 - any compiler/toolchain failure
+            _warn(f"{type(err).__name__}: {err}".splitlines()[0])
+
+    def build_extension(self, ext: object) -> None:
+        try:
+            super().build_extension(ext)  # type: ignore[arg-type]
+        except Exception as err:  # noqa: BLE001
+            _warn(f"{type(err).__name__}: {err}".splitlines()[0])
+
+
+def _extensions() -> list[object]:
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _warn("Cython is not installed")
+        return []
+    from setuptools import Extension
+
+    modules = [Extension(name, [src], optional=True) for name, src in EXTENSIONS]
+    try:
+        return list(cythonize(modules, quiet=True, language_level=3))
+    except Exception as err:  # noqa: BLE001 - a Cython error must not fail the install
+        _warn(f"cythonize failed: {err}".splitlines()[0])
+        return []
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,201 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""Compiled twin of the channel's per-message work (see ``nsqpy.nsqd.core.speedups``).
+
+Every function mirrors, statement for statement, a pure-Python twin in ``nsqpy.nsqd.core``
+(``channel``, ``message``, ``guid``); the test suite runs both and compares what they do.
+The channel, its clients and the messages stay ordinary Python objects: this module only
+runs their loops without the interpreter. No I/O: messages go to ``client.write_message``.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.tuple cimport PyTuple_Check
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+from nsqpy.nsqd.core.message import Message, materialize
+
+cdef object MessageType = Message
+
+
+cdef inline object _blank():
+    """``object.__new__(Message)``: a Message with no slot set, without a Python call."""
+    return (<PyTypeObject*>MessageType).tp_new(MessageType, <PyObject*>_NO_ARGS, NULL)
+cdef tuple _NO_ARGS = ()
+cdef object _HEX = b"0123456789abcdef"
+
+
+cdef inline object _new_message(object msg_id, object body, object timestamp):
+    """``Message.__new__`` with every slot as ``Message.__init__`` leaves it."""
+    msg = _blank()
+    msg.id = msg_id
+    msg.body = body
+    msg.timestamp = timestamp
+    msg.attempts = 0
+    msg.deferred = 0.0
+    msg.deadline = 0.0
+    msg.delivery_ts = 0.0
+    msg.token = -1
+    return msg
+
+
+cdef inline object _delivered(tuple item, double now, double timeout):
+    msg = _blank()
+    msg.id = item[0]
+    msg.body = item[1]
+    msg.timestamp = item[2]
+    msg.attempts = 1
+    msg.deferred = 0.0
+    msg.delivery_ts = now
+    msg.deadline = now + timeout
+    msg.token = -1
+    return msg
+
+
+def delivered(tuple item, double now, double timeout):
+    return _delivered(item, now, timeout)
+
+
+def deliver(channel, list msgs, double now):
+    """``Channel.put_many``'s loop: hand ``msgs`` to ready clients; returns how many went."""
+    ready = channel._ready
+    cdef Py_ssize_t count = len(msgs)
+    cdef Py_ssize_t i = 0
+    cdef double timeout
+    cdef dict in_flight
+    while i < count and ready and not channel.paused:
+        client = ready[0]
+        in_flight = client.in_flight
+        if client.rdy <= len(in_flight) or not client.writable:
+            ready.popleft()
+            client.in_ready = False
+            continue
+        item = msgs[i]
+        if client.sample_rate:
+            channel._send(client, materialize(item), now)
+        else:
+            timeout = client.msg_timeout
+            if PyTuple_Check(item):
+                msg = _delivered(<tuple>item, now, timeout)
+            else:
+                msg = item
+                msg.attempts += 1
+                msg.delivery_ts = now
+                msg.deadline = now + timeout
+            in_flight[msg.id] = msg
+            client.message_count += 1
+            channel.in_flight_count += 1
+            client.write_message(msg)
+        i += 1
+        ready.rotate(-1)
+    return i
+
+
+def fill(channel, client, double now):
+    """``Channel._fill``: deliver queued messages while the client's window is open."""
+    queue = channel.queue
+    cdef dict in_flight = client.in_flight
+    cdef double timeout = client.msg_timeout
+    write = client.write_message
+    backend = channel.backend
+    cdef Py_ssize_t fresh = 0
+    try:
+        while client.rdy > len(in_flight) and client.writable:
+            if queue:
+                item = queue.popleft()
+                if PyTuple_Check(item) and not client.sample_rate:
+                    msg = _delivered(<tuple>item, now, timeout)
+                    in_flight[msg.id] = msg
+                    fresh += 1
+                    write(msg)
+                    continue
+                msg = materialize(item)
+            elif backend is not None and backend.depth:
+                msg = channel._pop_queued(now)
+                if msg is None:
+                    break
+            else:
+                break
+            if fresh:
+                client.message_count += fresh
+                channel.in_flight_count += fresh
+                fresh = 0
+            if client.sample_rate:
+                channel._send(client, msg, now)
+                continue
+            msg.attempts += 1
+            msg.delivery_ts = now
+            msg.deadline = now + timeout
+            in_flight[msg.id] = msg
+            client.message_count += 1
+            channel.in_flight_count += 1
+            write(msg)
+    finally:
+        if fresh:
+            client.message_count += fresh
+            channel.in_flight_count += fresh
+
+
+def finish_many(channel, client, list ids, double now):
+    """``Channel.finish_many``: FIN a batch; ``(id, reason)`` for each that failed."""
+    cdef dict in_flight = client.in_flight
+    cdef list errors = []
+    cdef Py_ssize_t done = 0
+    e2e = channel.e2e
+    wall = channel.wall_ns() if e2e is not None else 0
+    for msg_id in ids:
+        msg = in_flight.pop(msg_id, None)
+        if msg is None:
+            errors.append((msg_id, channel._why_not_in_flight(msg_id)))
+            continue
+        done += 1
+        if msg.token >= 0:
+            channel._forget(msg)
+        if e2e is not None:
+            e2e.insert(wall - msg.timestamp, wall)
+    channel.in_flight_count -= done
+    client.finish_count += done
+    if done and (not client.in_ready or channel._backlog()):
+        channel.client_ready(client, now)
+    return errors
+
+
+def plain_message(bytes data):
+    """The Message of a plain (NSQ-format) disk record; None for an extended one."""
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
+    cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef uint64_t ts = 0
+    cdef int k
+    if size and p[0] == 0xFF:
+        return None
+    if size < 26:
+        raise ValueError(f"invalid message buffer size ({size})")
+    for k in range(8):
+        ts = (ts << 8) | p[k]
+    msg = _new_message(
+        PyBytes_FromStringAndSize(<const char*>p + 10, 16),
+        PyBytes_FromStringAndSize(<const char*>p + 26, size - 26),
+        <int64_t>ts,
+    )
+    msg.attempts = (<int>p[8] << 8) | p[9]
+    return msg
+
+
+def render_ids(list out, prefix, Py_ssize_t first, Py_ssize_t take):
+    """Append ``prefix`` (13 hex digits) + each sequence ``first..first+take-1`` (3 hex
+    digits) to ``out``: ``GuidFactory.new_ids``' inner step."""
+    cdef bytes head = b"%013x" % prefix
+    cdef const char* hexd = PyBytes_AS_STRING(_HEX)
+    cdef char buf[16]
+    cdef Py_ssize_t seq
+    memcpy_13(buf, PyBytes_AS_STRING(head))
+    for seq in range(first, first + take):
+        buf[13] = hexd[(seq >> 8) & 0xF]
+        buf[14] = hexd[(seq >> 4) & 0xF]
+        buf[15] = hexd[seq & 0xF]
+        out.append(PyBytes_FromStringAndSize(buf, 16))
+
+
+cdef inline void memcpy_13(char* dst, const char* src) noexcept:
+    cdef int k
+    for k in range(13):
+        dst[k] = src[k]

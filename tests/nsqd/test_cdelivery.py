@@ -1,0 +1,160 @@
+"""The compiled delivery loops (_cdelivery) against their pure-Python twins: the same
+scenario on a channel gives the same deliveries, the same in-flight state and counters."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from twins import DELIVERY, compiled, required
+
+from nsqpy._internal.compiled import CHOSEN, pure_python
+from nsqpy.nsqd.core import channel as channel_mod
+from nsqpy.nsqd.core import guid, message, records
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.client import ClientState
+from nsqpy.nsqd.core.message import Message
+
+SLOTS = Message.__slots__
+
+
+def _slots(msg: Message) -> dict[str, Any]:
+    return {name: getattr(msg, name) for name in SLOTS} | {"type": type(msg)}
+
+
+@given(
+    st.integers(-(1 << 63), (1 << 63) - 1),
+    st.integers(0, 0xFFFF),
+    st.binary(min_size=16, max_size=16),
+    st.binary(max_size=50),
+)
+def test_plain_message_twins_agree(ts: int, attempts: int, msg_id: bytes, body: bytes) -> None:
+    c = compiled(DELIVERY)
+    data = records.encode(ts, attempts, msg_id, body)
+    py = message.plain_message(data)
+    cm = c.plain_message(data)
+    if data[:1] == b"\xff":  # a negative timestamp looks like an extension: both decline
+        assert py is None and cm is None
+        return
+    assert py is not None and cm is not None
+    assert _slots(cm) == _slots(py)
+    assert (cm.id, cm.body, cm.timestamp, cm.attempts) == (msg_id, body, ts, attempts)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00" * 25, records.encode(5, 0, b"i" * 16, b"x", 99)])
+def test_plain_message_twins_agree_on_short_and_extended_records(data: bytes) -> None:
+    c = compiled(DELIVERY)
+    outcomes = []
+    for fn in (message.plain_message, c.plain_message):
+        try:
+            outcomes.append(("ok", fn(data)))
+        except ValueError as err:
+            outcomes.append(("error", str(err)))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0] == ("ok", None) if data[:1] == b"\xff" else outcomes[0][0] == "error"
+
+
+def test_delivered_twins_make_the_same_message() -> None:
+    c = compiled(DELIVERY)
+    entry = (b"a" * 16, b"body", 123)
+    assert _slots(c.delivered(entry, 10.0, 60.0)) == _slots(message.delivered(entry, 10.0, 60.0))
+
+
+@given(st.integers(0, (1 << 40)), st.integers(0, 4095), st.integers(0, 200))
+def test_render_ids_twins_agree(prefix: int, first: int, take: int) -> None:
+    c = compiled(DELIVERY)
+    take = min(take, 4096 - first)
+    a: list[bytes] = [b"x"]
+    b: list[bytes] = [b"x"]
+    guid.py_render_ids(a, prefix, first, take)
+    c.render_ids(b, prefix, first, take)
+    assert a == b and all(len(i) == 16 for i in a[1:])
+
+
+class _Client:
+    def __init__(self, cid: int, log: list[tuple[Any, ...]], timeout: float) -> None:
+        self.log = log
+        self.state = ClientState(cid, self.write, msg_timeout=timeout)
+
+    def write(self, m: Message) -> None:
+        self.log.append(("write", self.state.id, m.id, m.attempts, m.deadline, m.delivery_ts))
+
+
+def _scenario() -> list[tuple[Any, ...]]:
+    """Publishing, filling, FIN (good, unknown, not owned), REQ, timeouts on one channel."""
+    log: list[tuple[Any, ...]] = []
+    ch = Channel("t", "c", mem_queue_size=1000, max_msg_timeout=900.0)
+    a, b = _Client(1, log, 30.0), _Client(2, log, 45.0)
+    for client in (a, b):
+        ch.add_client(client.state)
+    ids = [b"%016x" % n for n in range(40)]
+    entries: list[message.Queued] = [(i, b"body-" + i, 1000 + n) for n, i in enumerate(ids)]
+    ch.put_many(entries[:10], 1.0)  # nobody ready: queued
+    ch.set_rdy(a.state, 4, 2.0)  # fill from the queue
+    ch.set_rdy(b.state, 3, 2.5)
+    ch.put_many(entries[10:20], 3.0)
+    log.append(("fin", ch.finish_many(a.state, [ids[0], ids[4], b"nope" * 4, ids[1]], 4.0)))
+    ch.requeue(b.state, ids[4] if ids[4] in b.state.in_flight else ids[5], 0.0, 5.0)
+    ch.put_many(entries[20:], 6.0)
+    ch.set_rdy(a.state, 10, 7.0)
+    ch.process(100.0)  # every deadline passed: all in flight time out and go again
+    log.append(("fin", ch.finish_many(b.state, list(b.state.in_flight)[:2], 101.0)))
+    log.extend(
+        (
+            "state",
+            client.state.id,
+            [(k, _slots(m)) for k, m in client.state.in_flight.items()],
+            client.state.message_count,
+            client.state.finish_count,
+            client.state.in_ready,
+        )
+        for client in (a, b)
+    )
+    queued = [m if isinstance(m, tuple) else _slots(m) for m in ch.queue]
+    log.append(("channel", ch.in_flight_count, ch.timeout_count, ch.requeue_count, queued))
+    return log
+
+
+def test_channel_loops_twins_do_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    c = compiled(DELIVERY)
+    for name, fn in (
+        ("_deliver", channel_mod.py_deliver),
+        ("_fill_window", channel_mod.py_fill),
+        ("_finish_batch", channel_mod.py_finish_many),
+        ("_plain_message", message.plain_message),
+    ):
+        monkeypatch.setattr(channel_mod, name, fn)
+    pure = _scenario()
+    for name, fn in (
+        ("_deliver", c.deliver),
+        ("_fill_window", c.fill),
+        ("_finish_batch", c.finish_many),
+        ("_plain_message", c.plain_message),
+    ):
+        monkeypatch.setattr(channel_mod, name, fn)
+    fast = _scenario()
+    assert sum(1 for e in pure if e[0] == "write") > 25  # the scenario did deliver
+    assert fast == pure
+
+
+def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
+    if pure_python():
+        assert channel_mod._deliver is channel_mod.py_deliver
+        assert guid._render_ids is guid.py_render_ids
+        assert CHOSEN[DELIVERY] is False
+        return
+    if not required() and not CHOSEN.get(DELIVERY):
+        pytest.skip("compiled core not built and not required")
+    c = compiled(DELIVERY)
+    assert channel_mod._deliver is c.deliver
+    assert channel_mod._fill_window is c.fill
+    assert channel_mod._finish_batch is c.finish_many
+    assert guid._render_ids is c.render_ids
+
+
+def test_record_layout_the_twins_read() -> None:
+    data = records.encode(7, 3, b"i" * 16, b"body")
+    assert data == struct.pack(">qH", 7, 3) + b"i" * 16 + b"body"

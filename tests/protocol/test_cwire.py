@@ -1,0 +1,157 @@
+"""The compiled wire codec (_cwire) against its pure-Python twins: same ids, same bodies,
+same errors and the same frame bytes, byte for byte."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from twins import WIRE, compiled, required
+
+from nsqpy._internal.compiled import CHOSEN, pure_python
+from nsqpy.protocol import command_reader, frames
+from nsqpy.protocol.errors import ClientError
+from nsqpy.protocol.frames import PyMessageSink, encode_message
+
+MAX_MSG, MAX_BODY = 1024, 5 * 1024
+ID = b"0123456789abcdef"
+
+
+def _outcome(fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return ("ok", fn(*args))
+    except ClientError as err:
+        return ("error", err.wire, err.fatal)
+
+
+def _mpub(bodies: list[bytes]) -> bytes:
+    return struct.pack(">i", len(bodies)) + b"".join(struct.pack(">i", len(b)) + b for b in bodies)
+
+
+MPUB_CASES = [
+    _mpub([b"abc", b"d"]),
+    _mpub([b"x" * MAX_MSG]),
+    _mpub([b"x" * (MAX_MSG + 1)]),
+    b"",
+    b"\x00\x00",
+    struct.pack(">i", 0),
+    struct.pack(">i", -1),
+    struct.pack(">i", MAX_BODY),
+    struct.pack(">i", 2) + struct.pack(">i", 3) + b"abc",
+    struct.pack(">i", 1) + struct.pack(">i", 0),
+    struct.pack(">i", 1) + struct.pack(">i", -7),
+    struct.pack(">i", 1) + struct.pack(">i", 9) + b"short",
+    struct.pack(">i", 1) + b"\x00",
+]
+
+
+@pytest.mark.parametrize("payload", MPUB_CASES)
+def test_parse_mpub_twins_agree(payload: bytes) -> None:
+    c = compiled(WIRE)
+    py = _outcome(command_reader.py_parse_mpub, payload, MAX_MSG, MAX_BODY)
+    assert _outcome(c.parse_mpub, payload, MAX_MSG, MAX_BODY) == py
+
+
+@given(st.lists(st.binary(min_size=0, max_size=40), max_size=20), st.binary(max_size=8))
+def test_parse_mpub_twins_agree_on_any_payload(bodies: list[bytes], tail: bytes) -> None:
+    c = compiled(WIRE)
+    for payload in (_mpub(bodies), _mpub(bodies) + tail, _mpub(bodies)[: len(tail) * 3]):
+        py = _outcome(command_reader.py_parse_mpub, payload, 30, 600)
+        assert _outcome(c.parse_mpub, payload, 30, 600) == py
+
+
+FIN_PARTS = st.sampled_from(
+    [
+        b"FIN " + ID + b"\n",
+        b"FIN " + ID[:15] + b"\r\n",
+        b"FIN " + ID[:8] + b" " + ID[9:] + b"\n",
+        b"FIN " + ID[:15] + b"\n",
+        b"FIN " + ID + b"x\n",
+        b"RDY 10\n",
+        b"FIN " + ID[:10],
+        b"fin " + ID + b"\n",
+    ]
+)
+
+
+@given(st.lists(FIN_PARTS, max_size=12), st.integers(min_value=0, max_value=30))
+def test_fin_run_twins_agree(parts: list[bytes], pos: int) -> None:
+    c = compiled(WIRE)
+    data = b"".join(parts)
+    assert c.fin_run(data, pos) == command_reader.py_fin_run(data, pos)
+
+
+class _Owner:
+    def __init__(self) -> None:
+        self._out = bytearray()
+        self.flush_pending = False
+        self.calls: list[tuple[str, bytes]] = []
+
+    def flush(self) -> None:
+        self.calls.append(("flush", bytes(self._out)))
+        self._out = bytearray()
+        self.flush_pending = False
+
+    def request_flush(self) -> None:
+        self.calls.append(("request", bytes(self._out)))
+        self.flush_pending = True
+
+
+class _Msg:
+    def __init__(self, n: int, attempts: int, body: bytes) -> None:
+        self.id = b"%016x" % n
+        self.body = body
+        self.timestamp = 1_700_000_000_123_456_789 + n
+        self.attempts = attempts
+
+
+MSGS = [_Msg(n, a, b) for n, (a, b) in enumerate([(1, b"a" * 200), (65537, b""), (7, b"xyz")])]
+
+
+@pytest.mark.parametrize("impl", ["python", "compiled"])
+def test_message_sink_writes_nsqd_message_frames(impl: str) -> None:
+    sink_cls = PyMessageSink if impl == "python" else compiled(WIRE).MessageSink
+    owner = _Owner()
+    sink = sink_cls(owner, 1 << 20)
+    for m in MSGS:
+        sink.write(m)
+    golden = b"".join(encode_message(m.timestamp, m.attempts & 0xFFFF, m.id, m.body) for m in MSGS)
+    assert bytes(owner._out) == golden
+    # one flush requested, when the first frame made the buffer dirty
+    assert [name for name, _ in owner.calls] == ["request"]
+    # the golden bytes themselves: [size][type 2][ts][attempts][id][body]
+    first = MSGS[0]
+    assert golden[:18] == struct.pack(">iiqH", 230, 2, first.timestamp, 1)
+
+
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.binary(max_size=300)), max_size=30))
+def test_message_sink_twins_write_and_flush_alike(spec: list[tuple[int, bytes]]) -> None:
+    c = compiled(WIRE)
+    msgs = [_Msg(n, a, b) for n, (a, b) in enumerate(spec)]
+    results = []
+    for sink_cls in (PyMessageSink, c.MessageSink):
+        owner = _Owner()
+        sink = sink_cls(owner, 512)  # small: flushes happen mid-way
+        for m in msgs:
+            sink.write(m)
+        results.append((owner.calls, bytes(owner._out)))
+    assert results[0] == results[1]
+
+
+def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
+    if pure_python():
+        assert command_reader.parse_mpub is command_reader.py_parse_mpub
+        assert frames.MessageSink is PyMessageSink
+        assert CHOSEN[WIRE] is False
+        return
+    if not required() and not CHOSEN.get(WIRE):
+        pytest.skip("compiled core not built and not required")
+    c = compiled(WIRE)
+    assert CHOSEN[WIRE] is True
+    assert command_reader.parse_mpub is c.parse_mpub
+    assert command_reader.fin_run is c.fin_run
+    assert frames.MessageSink is c.MessageSink
