@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from twins import DELIVERY, compiled, required
 
 from nsqpy._internal.compiled import CHOSEN, pure_python
+from nsqpy.nsqd.core import backend, guid, message, records
 from nsqpy.nsqd.core import channel as channel_mod
-from nsqpy.nsqd.core import guid, message, records
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.client import ClientState
 from nsqpy.nsqd.core.message import Message
@@ -158,3 +158,23 @@ def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
 def test_record_layout_the_twins_read() -> None:
     data = records.encode(7, 3, b"i" * 16, b"body")
     assert data == struct.pack(">qH", 7, 3) + b"i" * 16 + b"body"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.binary(min_size=16, max_size=16), st.binary(max_size=40), st.integers(0, 1 << 62)
+        ),
+        max_size=10,
+    ),
+    st.integers(0, 3),
+)
+def test_plain_records_twins_agree(entries: list[tuple[bytes, bytes, int]], attempts: int) -> None:
+    c = compiled(DELIVERY)
+    msgs: list[message.Queued] = list(entries)
+    for msg_id, body, ts in entries[:2]:  # messages already delivered: full records
+        m = Message(msg_id, body, ts, deferred=1.5 if attempts % 2 else 0.0)
+        m.attempts = attempts
+        msgs.append(m)
+    assert c.plain_records(msgs) == backend.py_encode(msgs)
+    assert backend.py_encode(list(entries)) == [records.encode(ts, 0, i, b) for i, b, ts in entries]

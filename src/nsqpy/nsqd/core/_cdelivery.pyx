@@ -11,7 +11,9 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.tuple cimport PyTuple_Check
 from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.string cimport memcpy
 
+from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.message import Message, materialize
 
 cdef object MessageType = Message
@@ -178,6 +180,38 @@ def plain_message(bytes data):
     )
     msg.attempts = (<int>p[8] << 8) | p[9]
     return msg
+
+
+def plain_records(list msgs):
+    """``backend.write_messages``' encoding: a disk record per queued message."""
+    cdef list out = []
+    cdef bytes msg_id, body
+    cdef uint64_t ts
+    cdef Py_ssize_t id_len, body_len
+    cdef char* p
+    cdef int k
+    encode = records.encode
+    for m in msgs:
+        if PyTuple_Check(m) and type((<tuple>m)[0]) is bytes and type((<tuple>m)[1]) is bytes:
+            msg_id = (<tuple>m)[0]
+            body = (<tuple>m)[1]
+            ts = <uint64_t><int64_t>(<tuple>m)[2]
+            id_len = PyBytes_GET_SIZE(msg_id)
+            body_len = PyBytes_GET_SIZE(body)
+            rec = PyBytes_FromStringAndSize(NULL, 10 + id_len + body_len)
+            p = PyBytes_AS_STRING(rec)
+            for k in range(8):
+                p[k] = <char>(ts >> (56 - 8 * k))
+            p[8] = 0
+            p[9] = 0
+            memcpy(p + 10, PyBytes_AS_STRING(msg_id), id_len)
+            memcpy(p + 10 + id_len, PyBytes_AS_STRING(body), body_len)
+            out.append(rec)
+        elif PyTuple_Check(m):
+            out.append(records.encode_plain(m[2], m[0], m[1]))
+        else:
+            out.append(encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns(), m.origin))
+    return out
 
 
 def render_ids(list out, prefix, Py_ssize_t first, Py_ssize_t take):

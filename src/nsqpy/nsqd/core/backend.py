@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from nsqpy._internal.compiled import load
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.errors import BrokerError
 
@@ -66,17 +67,26 @@ class DiskHooks:
 
 def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Queued]) -> None:
     """Append ``msgs`` to ``backend`` as one batch and report the write (or its failure)."""
-    encode = records.encode
-    plain = records.encode_plain
-    batch = [
-        plain(m[2], m[0], m[1])
-        if isinstance(m, tuple)
-        else encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns(), m.origin)
-        for m in msgs
-    ]
+    batch = _encode(msgs)
     try:
         backend.put(batch)
     except BrokerError as err:
         hooks.write_failed(err)
         raise
     hooks.wrote(backend)
+
+
+def py_encode(msgs: list[Queued]) -> list[bytes]:
+    """A disk record per queued message (plain for a fresh entry)."""
+    encode = records.encode
+    plain = records.encode_plain
+    return [
+        plain(m[2], m[0], m[1])
+        if isinstance(m, tuple)
+        else encode(m.timestamp, m.attempts, m.id, m.body, m.due_ns(), m.origin)
+        for m in msgs
+    ]
+
+
+_c = load("nsqpy.nsqd.core._cdelivery")
+_encode: Callable[[list[Queued]], list[bytes]] = py_encode if _c is None else _c.plain_records
