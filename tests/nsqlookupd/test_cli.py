@@ -150,5 +150,6 @@ def test_option_resolution(tmp_path: Path) -> None:
             "broadcast-address",
             "inactive-producer-timeout",
             "tombstone-lifetime",
+            "http-allowed-origin",  # nsqpy's only addition (refusing cross-site requests)
         ]
     )

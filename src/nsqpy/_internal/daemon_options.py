@@ -115,3 +115,26 @@ def parse_daemon_args(
         return resolve(fs, parsed, cfg)
     except ConfigError as err:
         exit_fatal(str(err))  # go-options uses the standard logger: no prefix, no micros
+
+
+def origin_flag(text: str, current: object) -> object:
+    """``--http-allowed-origin``'s parser, imported when the flag is given: the origin module
+    brings in aiohttp, which ``--version`` and the options alone do not need."""
+    from nsqpy._internal.origin import origin_flag as parse
+
+    return parse(text, current)
+
+
+def add_allowed_origin_flag(fs: FlagSet, origins: list[str], what: str) -> None:
+    """nsqpy's ``--http-allowed-origin`` (config key ``http_allowed_origins``): web origins
+    whose pages may send ``what`` (other origins' pages get 403)."""
+    fs.add_value(
+        "http-allowed-origin",
+        list(origins),
+        f"(nsqpy) a web origin (scheme://host[:port], or * for all) whose pages may {what}; "
+        "requests from other origins' pages are refused (may be given multiple times or comma "
+        "separated)",
+        parser=origin_flag,
+        coerce_as=FlagKind.STRING_ARRAY,
+        cfg="http_allowed_origins",
+    )

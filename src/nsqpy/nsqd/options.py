@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from nsqpy._internal.daemon_options import (
+    add_allowed_origin_flag,
     add_log_flags,
     check_config,
     log_fatal,
@@ -38,15 +39,6 @@ from nsqpy._internal.logs import parse_level
 from nsqpy.nsqd.core import policy
 from nsqpy.nsqd.observe.alerts import AGE, DEPTH, Kind, parse_rule
 from nsqpy.protocol.constants import NSQ_VERSION
-
-
-def origin_flag(text: str, current: object) -> object:
-    """``--http-allowed-origin``'s parser, imported when the flag is given: the origin module
-    brings in aiohttp, which ``--version`` and the options alone do not need."""
-    from nsqpy._internal.origin import origin_flag as parse
-
-    return parse(text, current)
-
 
 # Options without a flag: fixed in NSQ, kept as fields too so tests can shorten them.
 CLIENT_TIMEOUT_NS: Final = 60 * SECOND  # default heartbeat interval is half of this
@@ -287,16 +279,7 @@ def _add_basic_flags(fs: FlagSet, d: NsqdOptions) -> None:
         "(nsqpy) require an 'Authorization: Bearer <secret>' that the auth server allows for "
         "the topic on the HTTP API's /pub, /mpub, /topic/* and /channel/* routes",
     )
-    fs.add_value(
-        "http-allowed-origin",
-        list(d.http_allowed_origins),
-        "(nsqpy) a web origin (scheme://host[:port], or * for all) whose pages may POST to the "
-        "HTTP API; requests from other origins' pages are refused (may be given multiple times "
-        "or comma separated)",
-        parser=origin_flag,
-        coerce_as=FlagKind.STRING_ARRAY,
-        cfg="http_allowed_origins",
-    )
+    add_allowed_origin_flag(fs, d.http_allowed_origins, "POST to the HTTP API")
     fs.add_string(
         "broadcast-address",
         d.broadcast_address,

@@ -23,6 +23,7 @@ from nsqpy._internal.listen import (
     serve_http,
     split_host_port,
 )
+from nsqpy._internal.origin import check_allowed_origins
 from nsqpy.nsqlookupd.context import Connection
 from nsqpy.nsqlookupd.http_api import make_app
 from nsqpy.nsqlookupd.options import NsqlookupdOptions, version_string
@@ -94,8 +95,13 @@ class NSQLookupd:
     async def _start_http(self) -> None:
         address = self.opts.http_address
         try:
+            check_allowed_origins(self.opts.http_allowed_origins)
+            app = make_app(self)
+        except ValueError as err:  # an --http-allowed-origin that is not an origin
+            raise StartupError(str(err)) from None
+        try:
             self._http_runner, sockname = await serve_http(
-                make_app(self), address, shutdown_timeout=SHUTDOWN_GRACE
+                app, address, shutdown_timeout=SHUTDOWN_GRACE
             )
         except ListenError as err:
             raise StartupError(str(err)) from err

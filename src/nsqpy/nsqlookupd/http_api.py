@@ -19,6 +19,7 @@ from nsqpy._internal.http_api import (
     Router,
     add_pprof_placeholders,
 )
+from nsqpy._internal.origin import OriginGuard
 from nsqpy.nsqlookupd.context import LookupdContext
 from nsqpy.nsqlookupd.metrics import Limits, metrics_text
 from nsqpy.nsqlookupd.registry import PeerInfo, Producer
@@ -190,5 +191,15 @@ class LookupdHttpApi:
 
 
 def make_app(lookupd: LookupdContext) -> web.Application:
-    """The aiohttp application serving nsqlookupd's HTTP API."""
-    return LookupdHttpApi(lookupd).router.make_app()
+    """The aiohttp application serving nsqlookupd's HTTP API; requests that pages of other web
+    origins send to change the registrations are refused first (nsqpy's rule, see
+    ``nsqpy._internal.origin``). ValueError for an ``--http-allowed-origin`` that is not one."""
+    origins = OriginGuard(
+        lookupd.opts.http_allowed_origins,
+        own_origin=False,
+        flag="--http-allowed-origin",
+        log=log,
+    )
+    router = LookupdHttpApi(lookupd).router
+    middlewares = [] if origins.allow_any else [origins.middleware]
+    return web.Application(middlewares=[*middlewares, router.middleware])

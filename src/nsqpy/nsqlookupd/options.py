@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
 from nsqpy._internal.daemon_options import (
+    add_allowed_origin_flag,
     add_log_flags,
     check_config,
     log_fatal,
@@ -49,6 +50,8 @@ class NsqlookupdOptions:
     broadcast_address: str = field(default_factory=socket.gethostname)
     inactive_producer_timeout: int = 300 * SECOND
     tombstone_lifetime: int = 45 * SECOND
+    #: nsqpy only: web origins whose pages may change the registrations (others: 403).
+    http_allowed_origins: list[str] = field(default_factory=list)
 
 
 def nsqlookupd_flag_set(defaults: NsqlookupdOptions | None = None) -> FlagSet:
@@ -77,6 +80,7 @@ def nsqlookupd_flag_set(defaults: NsqlookupdOptions | None = None) -> FlagSet:
         d.tombstone_lifetime,
         "duration of time a producer will remain tombstoned if registration remains",
     )
+    add_allowed_origin_flag(fs, d.http_allowed_origins, "POST to the HTTP API")
     return fs
 
 
