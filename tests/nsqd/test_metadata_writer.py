@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from conftest import NsqdFactory, wait_for
 from v2client import RawV2
@@ -232,3 +233,22 @@ async def test_a_failed_write_is_reported_and_the_next_change_writes_again(
     assert await writer.written()
     assert json.loads(attempts[-1]) == ["a", "b"]
     await writer.close()
+
+
+async def test_pause_and_unpause_are_answered_once_nsqd_dat_holds_them(
+    nsqd: NSQD, gate: Gate
+) -> None:
+    """As nsqd (PersistMetadata before the reply): after a 200, a crash keeps the pause."""
+    http = f"http://127.0.0.1:{nsqd.http_port}"
+    async with aiohttp.ClientSession() as session:
+        assert (await session.post(f"{http}/topic/create?topic=p")).status == 200
+        await settled(nsqd)
+        nsqd.meta_writer.write = gate
+        reply = asyncio.ensure_future(session.post(f"{http}/topic/pause?topic=p"))
+        await wait_for(gate.entered.is_set)  # the pause is being written, and held
+        done, _ = await asyncio.wait({reply}, timeout=0.2)  # a reply that did not wait
+        assert not done
+        gate.open.set()
+        assert (await reply).status == 200
+        doc = json.loads((Path(nsqd.data_path) / metadata.FILE_NAME).read_bytes())
+        assert [t["paused"] for t in doc["topics"] if t["name"] == "p"] == [True]

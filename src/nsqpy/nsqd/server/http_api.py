@@ -151,6 +151,13 @@ class NsqdHttpApi:
             raise ApiError(404, "CHANNEL_NOT_FOUND")
         return channel
 
+    async def _persisted(self) -> None:
+        """nsqd answers a pause or unpause once nsqd.dat holds it (it persists under its lock
+        before replying); the write runs off the loop, and a failed one is logged, not answered,
+        as nsqd ignores PersistMetadata's error there."""
+        self.nsqd.persist_metadata()
+        await self.nsqd.metadata_written()
+
     def _now(self) -> float:
         return self.nsqd.loop.time()
 
@@ -292,13 +299,13 @@ class NsqdHttpApi:
     async def topic_pause(self, request: web.Request, params: Params) -> object:
         topic = self._get_existing_topic(self._existing_topic_name(request))
         topic.pause()
-        self.nsqd.persist_metadata()  # nsqd writes nsqd.dat at once on pause/unpause
+        await self._persisted()
         return None
 
     async def topic_unpause(self, request: web.Request, params: Params) -> object:
         topic = self._get_existing_topic(self._existing_topic_name(request))
         topic.unpause(self._now())
-        self.nsqd.persist_metadata()
+        await self._persisted()
         return None
 
     # -- channels -----------------------------------------------------------------------------
@@ -321,12 +328,12 @@ class NsqdHttpApi:
 
     async def channel_pause(self, request: web.Request, params: Params) -> object:
         self._existing_channel(request).pause()
-        self.nsqd.persist_metadata()
+        await self._persisted()
         return None
 
     async def channel_unpause(self, request: web.Request, params: Params) -> object:
         self._existing_channel(request).unpause(self._now())
-        self.nsqd.persist_metadata()
+        await self._persisted()
         return None
 
     # -- stats --------------------------------------------------------------------------------
