@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 #: (module, source): the compiled twins of the per-message hot path.
@@ -20,7 +20,7 @@ EXTENSIONS = [
 
 def _warn(reason: str) -> None:
     print(
-        f"WARNING: nsqpy's compiled core was not built ({reason}); using pure Python",
+        f"WARNING: nsqpy's compiled core was not built ({reason}); it runs as pure Python",
         file=sys.stderr,
     )
 
@@ -34,11 +34,11 @@ class OptionalBuildExt(build_ext):
         except Exception as err:  # noqa: BLE001 - any compiler/toolchain failure
             _warn(f"{type(err).__name__}: {err}".splitlines()[0])
 
-    def build_extension(self, ext: object) -> None:
+    def build_extension(self, ext: Extension) -> None:
         try:
-            super().build_extension(ext)  # type: ignore[arg-type]
+            super().build_extension(ext)
         except Exception as err:  # noqa: BLE001
-            _warn(f"{type(err).__name__}: {err}".splitlines()[0])
+            _warn(f"{ext.name}: the C compiler failed, {type(err).__name__}")
 
 
 def _extensions() -> list[object]:
@@ -47,8 +47,6 @@ def _extensions() -> list[object]:
     except ImportError:
         _warn("Cython is not installed")
         return []
-    from setuptools import Extension
-
     modules = [Extension(name, [src], optional=True) for name, src in EXTENSIONS]
     try:
         return list(cythonize(modules, quiet=True, language_level=3))
