@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
-from nsqpy.spark.env import check_java, check_packages
+from nsqpy.spark.env import SparkSetupError, check_java, check_packages
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("nsqpy.spark")
 
 DRIVER_HOST: Final = "spark.driver.host"
 #: The data source's short name: ``spark.readStream.format(FORMAT)``.
@@ -19,11 +24,55 @@ FORMAT: Final = "nsq"
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("nsq")`` available in ``spark``."""
+    """Make ``format("nsq")`` available in ``spark``.
+
+    The source runs in Spark's Python workers, whose interpreter (``PYSPARK_PYTHON`` when the
+    session was made, else ``python3``) is fixed here, at registration. With a local master
+    they are this machine's, so one that cannot import nsqpy is replaced by this interpreter;
+    on a cluster that would be a guess, so SparkSetupError says what to set instead of a
+    ``ModuleNotFoundError`` deep in a worker.
+    """
     check_packages()
+    context = spark.sparkContext
+    problem = worker_python_problem(context.pythonExec)
+    if problem is not None:
+        if not (context.master or "").startswith("local"):
+            raise SparkSetupError(
+                f"Spark's Python workers run {context.pythonExec!r}, which {problem}: set "
+                "PYSPARK_PYTHON (or spark.pyspark.python) to an interpreter with nsqpy and "
+                "pyarrow installed on every node before the SparkSession is created, or make "
+                "it with nsqpy.spark.build_session"
+            )
+        log.info("Python workers: %s %s; using %s", context.pythonExec, problem, sys.executable)
+        context.pythonExec = sys.executable
     from nsqpy.spark.source import NsqDataSource
 
     spark.dataSource.register(NsqDataSource)
+
+
+def worker_python_problem(python: str) -> str | None:
+    """Why ``python`` cannot run the nsq source's worker side (None if it can, or if it is
+    not on this machine, where only the cluster's nodes can tell)."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return None
+    found = shutil.which(python)
+    if found is None:
+        return None
+    try:
+        result = subprocess.run(
+            [found, "-c", "import nsqpy.spark.source, pyarrow"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"could not be run ({err})"
+    if result.returncode == 0:
+        return None
+    lines = result.stderr.strip().splitlines()
+    why = lines[-1] if lines else f"exit status {result.returncode}"
+    return f"cannot import the nsq source ({why})"
 
 
 def _is_loopback(host: str) -> bool:
