@@ -9,9 +9,12 @@ runs their loops without the interpreter. No I/O: messages go to ``client.write_
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_Check
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
+
+from types import MemberDescriptorType
 
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.message import Message, materialize
@@ -19,16 +22,76 @@ from nsqpy.nsqd.core.message import Message, materialize
 cdef object MessageType = Message
 
 
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+
+cdef enum:
+    _T_OBJECT_EX = 16  # structmember.h: what __slots__ members are
+    _READONLY = 1
+
+
+cdef Py_ssize_t _slot_offset(str name) except -2:
+    """Where Message keeps slot ``name`` in the object (what its member descriptor writes
+    through), or -1 if it is not a plain writable object slot."""
+    descr = Message.__dict__.get(name)
+    if type(descr) is not MemberDescriptorType:
+        return -1
+    cdef PyMemberDef* member = (<PyMemberDescrObject*><PyObject*>descr).d_member
+    if member.type != _T_OBJECT_EX or member.flags & _READONLY:
+        return -1
+    return member.offset
+
+
+cdef Py_ssize_t _ID = _slot_offset("id")
+cdef Py_ssize_t _BODY = _slot_offset("body")
+cdef Py_ssize_t _TIMESTAMP = _slot_offset("timestamp")
+cdef Py_ssize_t _ATTEMPTS = _slot_offset("attempts")
+cdef Py_ssize_t _DEFERRED = _slot_offset("deferred")
+cdef Py_ssize_t _DEADLINE = _slot_offset("deadline")
+cdef Py_ssize_t _DELIVERY_TS = _slot_offset("delivery_ts")
+cdef Py_ssize_t _TOKEN = _slot_offset("token")
+#: Message has exactly these slots, all plain: new messages are filled in directly.
+cdef bint _DIRECT = (
+    set(Message.__slots__) == {
+        "id", "body", "timestamp", "attempts", "deferred", "deadline", "delivery_ts", "token"
+    }
+    and min(_ID, _BODY, _TIMESTAMP, _ATTEMPTS, _DEFERRED, _DEADLINE, _DELIVERY_TS, _TOKEN) > 0
+)
+cdef object _ZERO = 0
+cdef object _ONE = 1
+cdef object _MINUS_ONE = -1
+cdef object _NO_TIME = 0.0
+
+
+cdef inline void _init_slot(object msg, Py_ssize_t offset, object value) noexcept:
+    """Set a slot of a Message fresh from tp_new (so still empty)."""
+    Py_INCREF(value)
+    (<PyObject**>((<char*><PyObject*>msg) + offset))[0] = <PyObject*>value
+
+
 cdef inline object _blank():
     """``object.__new__(Message)``: a Message with no slot set, without a Python call."""
     return (<PyTypeObject*>MessageType).tp_new(MessageType, <PyObject*>_NO_ARGS, NULL)
-cdef tuple _NO_ARGS = ()
-cdef object _HEX = b"0123456789abcdef"
 
 
 cdef inline object _new_message(object msg_id, object body, object timestamp):
     """``Message.__new__`` with every slot as ``Message.__init__`` leaves it."""
     msg = _blank()
+    if _DIRECT:
+        _init_slot(msg, _ID, msg_id)
+        _init_slot(msg, _BODY, body)
+        _init_slot(msg, _TIMESTAMP, timestamp)
+        _init_slot(msg, _ATTEMPTS, _ZERO)
+        _init_slot(msg, _DEFERRED, _NO_TIME)
+        _init_slot(msg, _DEADLINE, _NO_TIME)
+        _init_slot(msg, _DELIVERY_TS, _NO_TIME)
+        _init_slot(msg, _TOKEN, _MINUS_ONE)
+        return msg
     msg.id = msg_id
     msg.body = body
     msg.timestamp = timestamp
@@ -40,21 +103,33 @@ cdef inline object _new_message(object msg_id, object body, object timestamp):
     return msg
 
 
-cdef inline object _delivered(tuple item, double now, double timeout):
+cdef inline object _delivered(tuple item, object now, object deadline):
+    """``message.delivered``: the in-flight Message for a fresh entry (``now`` and
+    ``deadline`` already boxed: one float object each per batch, not per message)."""
     msg = _blank()
+    if _DIRECT:
+        _init_slot(msg, _ID, item[0])
+        _init_slot(msg, _BODY, item[1])
+        _init_slot(msg, _TIMESTAMP, item[2])
+        _init_slot(msg, _ATTEMPTS, _ONE)
+        _init_slot(msg, _DEFERRED, _NO_TIME)
+        _init_slot(msg, _DELIVERY_TS, now)
+        _init_slot(msg, _DEADLINE, deadline)
+        _init_slot(msg, _TOKEN, _MINUS_ONE)
+        return msg
     msg.id = item[0]
     msg.body = item[1]
     msg.timestamp = item[2]
     msg.attempts = 1
     msg.deferred = 0.0
     msg.delivery_ts = now
-    msg.deadline = now + timeout
+    msg.deadline = deadline
     msg.token = -1
     return msg
 
 
 def delivered(tuple item, double now, double timeout):
-    return _delivered(item, now, timeout)
+    return _delivered(item, now, now + timeout)
 
 
 def deliver(channel, list msgs, double now):
@@ -64,6 +139,7 @@ def deliver(channel, list msgs, double now):
     cdef Py_ssize_t i = 0
     cdef double timeout
     cdef dict in_flight
+    cdef object now_obj = now
     while i < count and ready and not channel.paused:
         client = ready[0]
         in_flight = client.in_flight
@@ -77,7 +153,7 @@ def deliver(channel, list msgs, double now):
         else:
             timeout = client.msg_timeout
             if PyTuple_Check(item):
-                msg = _delivered(<tuple>item, now, timeout)
+                msg = _delivered(<tuple>item, now_obj, now + timeout)
             else:
                 msg = item
                 msg.attempts += 1
@@ -99,13 +175,16 @@ def fill(channel, client, double now):
     cdef double timeout = client.msg_timeout
     write = client.write_message
     backend = channel.backend
+    popleft = queue.popleft
+    cdef object now_obj = now
+    cdef object deadline = now + timeout
     cdef Py_ssize_t fresh = 0
     try:
         while client.rdy > len(in_flight) and client.writable:
             if queue:
-                item = queue.popleft()
+                item = popleft()
                 if PyTuple_Check(item) and not client.sample_rate:
-                    msg = _delivered(<tuple>item, now, timeout)
+                    msg = _delivered(<tuple>item, now_obj, deadline)
                     in_flight[msg.id] = msg
                     fresh += 1
                     write(msg)
