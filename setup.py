@@ -7,6 +7,7 @@ working nsqpy: the build prints one warning line and leaves the extension out.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -41,18 +42,32 @@ class OptionalBuildExt(build_ext):
             _warn(f"{ext.name}: the C compiler failed, {type(err).__name__}")
 
 
+def _stale_builds(source: str) -> list[Path]:
+    """Compiled copies of ``source`` left in the tree by an earlier in-place build."""
+    path = Path(source)
+    return sorted(path.parent.glob(f"{path.stem}.*.so")) + sorted(
+        path.parent.glob(f"{path.stem}.*.pyd")
+    )
+
+
 def _extensions() -> list[object]:
     try:
         from Cython.Build import cythonize
     except ImportError:
         _warn("Cython is not installed")
         return []
-    modules = [Extension(name, [src], optional=True) for name, src in EXTENSIONS]
-    try:
-        return list(cythonize(modules, quiet=True, language_level=3))
-    except Exception as err:  # noqa: BLE001 - a Cython error must not fail the install
-        _warn(f"cythonize failed: {err}".splitlines()[0])
-        return []
+    built: list[object] = []
+    for name, src in EXTENSIONS:
+        try:
+            built.extend(
+                cythonize([Extension(name, [src], optional=True)], quiet=True, language_level=3)
+            )
+        except Exception as err:  # noqa: BLE001 - a Cython error must not fail the install
+            _warn(f"{name}: Cython failed, {type(err).__name__}")
+            # an older build must not keep running in place of code that no longer compiles
+            for stale in _stale_builds(src):
+                stale.unlink()
+    return built
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

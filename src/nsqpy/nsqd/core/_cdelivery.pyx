@@ -20,6 +20,8 @@ from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.message import Message, materialize
 
 cdef object MessageType = Message
+cdef tuple _NO_ARGS = ()
+cdef bytes _HEX = b"0123456789abcdef"
 
 
 cdef extern from "Python.h":
