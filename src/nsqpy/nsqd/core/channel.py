@@ -41,6 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import count
+from typing import Protocol
 
 from nsqpy._internal.compiled import load
 from nsqpy.nsqd.core import records
@@ -67,6 +68,16 @@ DeadLetterSink = Callable[["Channel", Message], None]
 SWEEP_LIMIT = 1000
 
 
+class LeaseHooks(Protocol):
+    """A channel's named leases as the channel calls them (``nsqpy.nsqd.core.lease``)."""
+
+    def process(self, now: float) -> bool: ...
+
+    def drain(self) -> list[Message]: ...
+
+    def clear(self) -> None: ...
+
+
 class Channel:
     """Queue, in-flight and deferred bookkeeping for one channel of one topic."""
 
@@ -90,6 +101,7 @@ class Channel:
         "expired_count",
         "hooks",
         "in_flight_count",
+        "leases",
         "max_attempts",
         "max_consumers",
         "max_msg_timeout",
@@ -157,6 +169,8 @@ class Channel:
         self.dead_letters = dead_letters
         self.dead_letter_count = 0  # messages handed to the dead-letter topic
         self.expired_count = 0  # messages not delivered because of message_ttl
+        #: Named leases (nsqpy.nsqd.core.lease), from the first one asked for.
+        self.leases: LeaseHooks | None = None
 
     # -- stats -------------------------------------------------------------------------
     @property
@@ -596,6 +610,8 @@ class Channel:
             dirty = True
         if self.message_ttl and self._sweep(now):
             dirty = True
+        if self.leases is not None and self.leases.process(now):
+            dirty = True
         return dirty
 
     def _expire(self, client: ClientState, now: float) -> bool:
@@ -640,6 +656,8 @@ class Channel:
         for client in self.clients.values():
             client.in_flight.clear()
             client.capped.clear()
+        if self.leases is not None:
+            self.leases.clear()
         self.in_flight_count = 0
         if self.backend is not None:
             self.backend.empty()
@@ -661,6 +679,8 @@ class Channel:
         held = [materialize(item) for item in self.queue]
         for client in self.clients.values():
             held.extend(client.in_flight.values())
+        if self.leases is not None:
+            held.extend(self.leases.drain())
         wall = self.wall_ns()
         encode = records.encode
         batch = [encode(m.timestamp, m.attempts, m.id, m.body, 0, m.origin) for m in held]

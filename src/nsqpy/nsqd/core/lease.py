@@ -1,0 +1,315 @@
+"""Leases (an nsqpy extension): a channel's messages taken under a name, as a whole.
+
+A consumer asks a channel for a *lease*: a name, at most ``count`` messages and (optionally)
+at most ``max_bytes`` of bodies, and how long it may wait for them. The lease takes what the
+channel has queued (memory, then disk, screened by the channel's dead-letter/TTL policy like
+any delivery), goes on taking on every queue scan while it waits, and is *sealed* once it is
+full or its wait is over. From then on the same name gives back exactly the same messages
+(the same objects: ids, bodies, timestamps, attempts), to any connection, and nothing else.
+
+A sealed lease is finished (FIN) or requeued (REQ) as a whole; both are idempotent. One not
+finished within its ``ttl`` (counted from the seal) is requeued as a timed-out message is:
+counted in ``timeout_count``, back through the channel's ``_put``, so ``max_attempts`` and
+``message_ttl`` apply to it. Taking a message counts as a delivery (its attempts go up by
+one), and leased messages count in the channel's ``in_flight_count``.
+
+The byte limit never stops a lease from taking its first message, so a message larger than
+``max_bytes`` cannot block the channel's leases; after that a message that would pass the
+limit stays at the head of the queue and the lease is full.
+
+A closed lease (finished, requeued or expired) is remembered for its ``ttl`` more, so that a
+late retry of a FIN or REQ is answered as the first was, and asking for it again is refused
+(``LEASE_FINISHED`` / ``LEASE_REQUEUED``) instead of handing out new messages under an old
+name. Only the time given to each call (``now``: monotonic seconds, the channel's clock) moves
+a lease along; no I/O here.
+
+The channel holds its book in its ``leases`` slot (created on first use by ``LeaseBook.of``)
+and calls three hooks: ``process`` on every queue scan, ``drain`` at a clean stop (leased
+messages are written back to the queue, as in-flight ones are) and ``clear`` on
+``/channel/empty``. This module is the channel's friend: it uses the channel's own queue and
+requeue steps, so a leased message moves exactly as a delivered one does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final
+
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.errors import BrokerError
+from nsqpy.nsqd.core.message import Message
+
+FILLING: Final = "filling"
+SEALED: Final = "sealed"
+FINISHED: Final = "finished"
+REQUEUED: Final = "requeued"
+EXPIRED: Final = "expired"
+
+#: A lease name: what NSQ allows in a topic or channel name, without ``#ephemeral``.
+_NAME: Final = re.compile(r"[.a-zA-Z0-9_-]{1,64}")
+
+
+def is_valid_lease_name(name: str) -> bool:
+    return _NAME.fullmatch(name) is not None
+
+
+class LeaseError(BrokerError):
+    """A lease request that cannot be served; ``code`` is the HTTP API's error code."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class Lease:
+    """One named lease of one channel."""
+
+    __slots__ = (
+        "closed_until",
+        "count",
+        "deadline",
+        "fill_until",
+        "full",
+        "max_bytes",
+        "messages",
+        "name",
+        "size",
+        "state",
+        "ttl",
+        "waiters",
+    )
+
+    def __init__(self, name: str, count: int, max_bytes: int, ttl: float, fill_until: float):
+        self.name = name
+        self.count = count
+        self.max_bytes = max_bytes  # 0: no limit
+        self.ttl = ttl
+        self.fill_until = fill_until
+        self.messages: list[Message] = []
+        self.size = 0  # bytes of bodies
+        self.full = False
+        self.state: str = FILLING
+        self.deadline = 0.0  # set at the seal: seal time + ttl
+        self.closed_until = 0.0
+        #: Called once, with the lease, when it is sealed.
+        self.waiters: list[Callable[[Lease], None]] = []
+
+    @property
+    def sealed(self) -> bool:
+        return self.state != FILLING
+
+
+class LeaseBook:
+    """The leases of one channel, open ones by name and recently closed ones by name."""
+
+    __slots__ = ("channel", "closed", "open")
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.open: dict[str, Lease] = {}
+        self.closed: dict[str, Lease] = {}
+
+    @classmethod
+    def of(cls, channel: Channel) -> LeaseBook:
+        """The channel's book, created (and attached to the channel) on first use."""
+        book = channel.leases
+        if book is None:
+            book = cls(channel)
+            channel.leases = book
+        assert isinstance(book, LeaseBook)
+        return book
+
+    @property
+    def lease_count(self) -> int:
+        return len(self.open)
+
+    def get(self, name: str) -> Lease | None:
+        return self.open.get(name)
+
+    # -- taking -------------------------------------------------------------------------------
+    def lease(
+        self,
+        name: str,
+        count: int | None,
+        max_bytes: int | None,
+        *,
+        ttl: float,
+        wait: float,
+        now: float,
+    ) -> Lease:
+        """The lease called ``name``: the open one (``count`` and ``max_bytes``, when given,
+        must be its own), or a new one filled from the queue now and sealed at once when it is
+        full or ``wait`` is 0; else it keeps filling until ``now + wait`` (see ``process``)."""
+        if self.channel.ephemeral:
+            raise LeaseError("EPHEMERAL_CHANNEL")
+        lease = self.open.get(name)
+        if lease is not None:
+            if (count is not None and count != lease.count) or (
+                max_bytes is not None and max_bytes != lease.max_bytes
+            ):
+                raise LeaseError("LEASE_MISMATCH")
+            return lease
+        closed = self.closed.get(name)
+        if closed is not None:
+            raise LeaseError("LEASE_FINISHED" if closed.state == FINISHED else "LEASE_REQUEUED")
+        if count is None:
+            raise LeaseError("MISSING_ARG_COUNT")
+        if count < 1:
+            raise LeaseError("INVALID_COUNT")
+        lease = Lease(name, count, max_bytes or 0, ttl, now + wait)
+        self.open[name] = lease
+        self._fill(lease, now)
+        if lease.full or wait <= 0:
+            self._seal(lease, now)
+        return lease
+
+    def _fill(self, lease: Lease, now: float) -> None:
+        """Take queued messages into ``lease`` up to its limits (nothing while paused)."""
+        channel = self.channel
+        if channel.paused or lease.full:
+            return
+        take = channel._next_queued if channel.policed else channel._pop_queued
+        messages = lease.messages
+        taken = 0
+        while len(messages) < lease.count:
+            msg = take(now)
+            if msg is None:
+                break
+            size = len(msg.body)
+            if lease.max_bytes and messages and lease.size + size > lease.max_bytes:
+                channel.queue.appendleft(msg)  # the next to deliver anyway: order is kept
+                lease.full = True
+                break
+            msg.attempts += 1
+            msg.delivery_ts = now
+            messages.append(msg)
+            lease.size += size
+            taken += 1
+        channel.in_flight_count += taken
+        if len(messages) >= lease.count or (lease.max_bytes and lease.size >= lease.max_bytes):
+            lease.full = True
+
+    def seal(self, lease: Lease, now: float) -> None:
+        """Seal ``lease`` now with what it holds after one more look at the queue (its wait is
+        over); nothing when it is sealed already."""
+        if lease.state == FILLING and self.open.get(lease.name) is lease:
+            self._fill(lease, now)
+            self._seal(lease, now)
+
+    def _seal(self, lease: Lease, now: float) -> None:
+        lease.state = SEALED
+        lease.deadline = now + lease.ttl
+        waiters, lease.waiters = lease.waiters, []
+        for waiter in waiters:
+            waiter(lease)
+
+    # -- FIN and REQ --------------------------------------------------------------------------
+    def _settle(self, name: str, now: float) -> Lease | None:
+        """The open lease ``name``, taken out of the book and sealed (a FIN or REQ of a lease
+        still filling settles what it took); None if it is closed already (LeaseError if it
+        is unknown)."""
+        lease = self.open.pop(name, None)
+        if lease is None:
+            if name not in self.closed:
+                raise LeaseError("LEASE_NOT_FOUND")
+            return None
+        if lease.state == FILLING:
+            self._seal(lease, now)
+        self.channel.in_flight_count -= len(lease.messages)
+        return lease
+
+    def _close(self, lease: Lease, state: str, now: float) -> None:
+        lease.state = state
+        lease.closed_until = now + lease.ttl
+        self.closed[lease.name] = lease
+
+    def finish(self, name: str, now: float) -> Lease:
+        """FIN every message of the lease; again is a no-op (LEASE_REQUEUED once requeued)."""
+        lease = self._settle(name, now)
+        if lease is None:
+            closed = self.closed[name]
+            if closed.state != FINISHED:
+                raise LeaseError("LEASE_REQUEUED")
+            return closed
+        channel = self.channel
+        e2e = channel.e2e
+        wall = channel.wall_ns() if e2e is not None else 0
+        for msg in lease.messages:
+            channel._forget(msg)  # durable mode: the disk record goes now
+            if e2e is not None:
+                e2e.insert(wall - msg.timestamp, wall)
+        self._close(lease, FINISHED, now)
+        return lease
+
+    def requeue(self, name: str, delay: float, now: float) -> Lease:
+        """REQ every message of the lease (after ``delay`` seconds, as a REQ with a timeout);
+        again, or after it expired, is a no-op (LEASE_FINISHED once finished)."""
+        lease = self._settle(name, now)
+        if lease is None:
+            closed = self.closed[name]
+            if closed.state == FINISHED:
+                raise LeaseError("LEASE_FINISHED")
+            return closed
+        channel = self.channel
+        channel.requeue_count += len(lease.messages)
+        limit = channel.max_attempts
+        for msg in lease.messages:
+            # out of attempts: _put dead-letters it now rather than after the delay
+            if delay > 0 and not (limit and msg.attempts >= limit):
+                channel.retry_later(msg, delay, now)
+            else:
+                channel._put(msg, now)
+        self._close(lease, REQUEUED, now)
+        return lease
+
+    # -- the channel's hooks ------------------------------------------------------------------
+    def process(self, now: float) -> bool:
+        """The queue scan: fill and seal leases that wait, expire those past their ttl, forget
+        closed ones past theirs. True if anything changed."""
+        dirty = False
+        for lease in list(self.open.values()):
+            if lease.state == FILLING:
+                before = len(lease.messages)
+                self._fill(lease, now)
+                if lease.full or now >= lease.fill_until:
+                    self._seal(lease, now)
+                    dirty = True
+                dirty = dirty or len(lease.messages) != before
+            elif now >= lease.deadline:
+                self._expire(lease, now)
+                dirty = True
+        for name, lease in list(self.closed.items()):
+            if now >= lease.closed_until:
+                del self.closed[name]
+        return dirty
+
+    def _expire(self, lease: Lease, now: float) -> None:
+        """Requeue a lease its ttl ran out on, as in-flight messages that timed out."""
+        del self.open[lease.name]
+        channel = self.channel
+        count = len(lease.messages)
+        channel.in_flight_count -= count
+        channel.timeout_count += count
+        for msg in lease.messages:
+            channel._put(msg, now)
+        self._close(lease, EXPIRED, now)
+
+    def drain(self) -> list[Message]:
+        """A clean stop: every leased message, to be written back with the queue; the book
+        is left empty (leases do not survive a restart outside ``--durable`` mode)."""
+        held = [msg for lease in self.open.values() for msg in lease.messages]
+        self.channel.in_flight_count -= len(held)
+        self.open.clear()
+        self.closed.clear()
+        return held
+
+    def clear(self) -> None:
+        """``/channel/empty``: the leases' messages are dropped with the rest."""
+        for lease in self.open.values():
+            if lease.state == FILLING:  # its waiters get an empty lease
+                lease.messages.clear()
+                lease.size = 0
+                self._seal(lease, 0.0)
+        self.open.clear()
+        self.closed.clear()
