@@ -15,6 +15,7 @@ from v2client import RawV2
 from nsqpy.nsqd.app import NSQD, StartupError
 from nsqpy.nsqd.options import NsqdOptions
 from nsqpy.nsqd.storage import metadata
+from nsqpy.nsqd.storage.diskqueue import DiskQueue
 
 
 class Daemons:
@@ -271,6 +272,29 @@ async def test_durable_ok_means_on_disk_and_unfinished_messages_come_back(
 
     nsqd = await daemons.start(durable=True)
     assert sorted(await consume(nsqd, "t", "c", 4)) == sorted(m.body for m in got[6:])
+
+
+async def test_durable_messages_handed_straight_to_a_consumer_still_wait_for_their_fin(
+    daemons: Daemons,
+) -> None:
+    nsqd = await daemons.start(durable=True)
+    conn = await RawV2.connect(nsqd.tcp_port)
+    await conn.sub("t", "c", rdy=8)  # subscribed first: messages go out as they are written
+    await publish(nsqd, "t", BODIES[:10])
+    got = [await conn.message() for _ in range(8)]
+    channel = nsqd.broker.topics["t"].channels["c"]
+    backend = channel.backend
+    assert isinstance(backend, DiskQueue)
+    assert backend.depth == 2
+    assert backend._reader is None  # the 8 were taken as they were written, never read back
+    for msg in got[:5]:
+        conn.cmd(f"FIN {msg.id.decode()}")
+    await wait_for(lambda: channel.in_flight_count == 5)  # 3 in flight + 2 refilled
+    await daemons.stop(nsqd)
+
+    nsqd = await daemons.start(durable=True)
+    again = await consume(nsqd, "t", "c", 5)
+    assert sorted(again) == sorted([m.body for m in got[5:]] + BODIES[8:10])
 
 
 async def test_durable_publishers_share_commits_and_replies_stay_in_order(

@@ -25,6 +25,11 @@ class Backend(Protocol):
 
     def put(self, records: list[bytes]) -> None: ...
 
+    def put_taking(self, records: list[bytes], take: int) -> range:
+        """``put``; the first ``take`` records also count as read at once when nothing else
+        is unread (else none do). Returns the tokens of those taken, in order."""
+        ...
+
     def read(self) -> tuple[bytes, int] | None: ...
 
     def finish(self, token: int) -> None: ...
@@ -65,15 +70,26 @@ class DiskHooks:
         return None
 
 
-def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Queued]) -> None:
-    """Append ``msgs`` to ``backend`` as one batch and report the write (or its failure)."""
+def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Queued], take: int = 0) -> range:
+    """Append ``msgs`` to ``backend`` as one batch and report the write (or its failure).
+
+    With ``take``, the first ``take`` count as read at once when nothing older is unread
+    (``Backend.put_taking``); returns the tokens of those taken."""
     batch = _encode(msgs)
     try:
-        backend.put(batch)
+        if take:
+            tokens = backend.put_taking(batch, take)
+        else:
+            backend.put(batch)
+            tokens = _NOTHING
     except BrokerError as err:
         hooks.write_failed(err)
         raise
     hooks.wrote(backend)
+    return tokens
+
+
+_NOTHING = range(0)
 
 
 def py_encode(msgs: list[Queued]) -> list[bytes]:

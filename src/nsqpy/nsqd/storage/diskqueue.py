@@ -35,7 +35,10 @@ With ``track_acks`` a record read is only gone once ``finish(token)`` is called.
 then records the start of the oldest unfinished record as the read position (and counts
 everything from there in the depth), so a crash or restart replays every unfinished record;
 records finished after it replay too (duplicates, never loss). A segment is deleted only when
-a completed sync (``sync_done``) has recorded a read position past it.
+a completed sync (``sync_done``) has recorded a read position past it. ``put_taking`` lets a
+caller that already holds the messages (durable mode, a consumer ready) count the records it
+writes as read at once, with their tokens, instead of reading them back; only while nothing
+else is unread, so the order stays first-in first-out.
 
 Damage is never raised to the caller. A record length outside ``[26, max_record_size]``, a
 record cut short in a completed segment, or a segment that cannot be opened: the segment is
@@ -251,6 +254,12 @@ class _SegmentReader:
         self.pos = pos + 4 + size
         return buf[off + 4 : end]
 
+    def seek(self, pos: int) -> None:
+        """Go on from ``pos`` (a record boundary), dropping what was read ahead."""
+        self.pos = pos
+        self._buf = b""
+        self._off = 0
+
     def _fill(self, need: int, limit: int) -> tuple[bytes, int]:
         """Make ``need`` bytes from ``pos`` available, reading ahead in large chunks."""
         if self.pos + need > limit:
@@ -437,13 +446,50 @@ class DiskQueue:
     # -- writing -----------------------------------------------------------------------
     def put(self, records: list[bytes]) -> None:
         """Append ``records`` in order; DiskQueueError (nothing written) on a bad size."""
+        self._put(records, None)
+
+    def put_taking(self, records: list[bytes], take: int) -> range:
+        """``put``, and the first ``take`` records count as read at once, as if ``read`` had
+        just returned them: a caller that holds the messages already hands them out without
+        reading them back. Only when nothing else is unread (else nothing is taken, so the
+        order stays first-in first-out). Returns the taken records' tokens, in order."""
+        if take <= 0 or self._has_unread():
+            self._put(records, None)
+            return range(0)
+        starts: list[tuple[int, int]] = []
+        self._put(records, starts)
+        take = min(take, len(starts))
+        first = token = self._token
+        if self.track_acks:
+            acks, unfinished = self._acks, self._unfinished
+            for num, pos in islice(starts, take):
+                token += 1
+                acks.append((token, num, pos))
+                unfinished.add(token)
+        else:
+            token += take
+        self._token = token
+        self.depth -= take
+        self._count += take
+        if take < len(starts):
+            end_file, end_pos = starts[take]
+        else:
+            end_file, end_pos = self._write_file, self._write_pos
+        while self._read_file < end_file:  # the batch rolled on: the read segment is consumed
+            self._next_read_file()
+        self._read_pos = end_pos
+        if self._reader is not None:
+            self._reader.seek(end_pos)
+        return range(first + 1, token + 1)
+
+    def _put(self, records: list[bytes], starts: list[tuple[int, int]] | None) -> None:
         if self._closed:
             raise DiskQueueError("exiting")
         self._check_sizes(records)
         done = 0
         try:
             while done < len(records):
-                done = self._put_segment(records, done)
+                done = self._put_segment(records, done, starts)
         except OSError as exc:
             self._log.error("DISKQUEUE(%s) failed to write - %s", self.name, exc)
             raise DiskQueueError(str(exc), written=done) from exc
@@ -460,8 +506,11 @@ class DiskQueue:
             f"minMsgSize={MIN_MSG_SIZE} maxMsgSize={self.max_record_size}"
         )
 
-    def _put_segment(self, records: list[bytes], start: int) -> int:
-        """Write records from ``start`` that fit the current segment; returns the next index."""
+    def _put_segment(
+        self, records: list[bytes], start: int, starts: list[tuple[int, int]] | None
+    ) -> int:
+        """Write records from ``start`` that fit the current segment; returns the next index.
+        Appends each written record's ``(segment, position)`` to ``starts`` when given."""
         limit = self.max_bytes_per_file
         if self._write_pos > 0 and self._write_pos + 4 + len(records[start]) > limit:
             self._roll()
@@ -473,6 +522,8 @@ class DiskQueue:
             size = len(rec)
             if pos > 0 and pos + 4 + size > limit:
                 break
+            if starts is not None:
+                starts.append((self._write_file, pos))
             parts.append(_LEN.pack(size))
             parts.append(rec)
             pos += 4 + size
