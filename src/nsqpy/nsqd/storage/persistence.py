@@ -7,6 +7,15 @@ with ``after_commit`` run when the round that covers them completes. In durable 
 publish registers one, so all publishers waiting at that moment share one fsync per queue:
 group commit.
 
+Up to ``ROUNDS_IN_FLIGHT`` rounds run at once, each on a thread of the pool. With one, a
+publisher that arrived during a round waited for it to end and then for a round of its own;
+two publishers that each wait for their OK (NSQ's request/response) fell into step, one per
+round, each waiting about two rounds per publish. A round starts as soon as someone waits
+and a thread is free; rounds are answered in the order they started, and a failed round
+fails the rounds that started while it ran (they may have counted on its fsync of a new
+segment's directory entry), so overlapping never answers a publish before its data and
+everything it depends on is on stable storage.
+
 ``MetadataWriter`` writes ``nsqd.dat`` (the topic and channel list) on a thread of its own, as
 nsqd does from a goroutine: a SUB or PUB that creates a topic or channel is answered without
 waiting for the file's fsync, and neither is anyone else. Requests coalesce: the list is
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,6 +42,21 @@ from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, SyncJob
 log = logging.getLogger("nsqpy.nsqd")
 
 Commit = Callable[[bool], None]
+#: Sync rounds allowed to run at once (one thread each).
+ROUNDS_IN_FLIGHT = 2
+
+
+class _Round:
+    """A sync round under way: its jobs, whom it answers, and how it ended."""
+
+    __slots__ = ("done", "errors", "jobs", "tainted", "waiting")
+
+    def __init__(self, jobs: list[tuple[DiskQueue, SyncJob]], waiting: list[Commit]) -> None:
+        self.jobs = jobs
+        self.waiting = waiting
+        self.done = False
+        self.errors: list[Exception] = []
+        self.tainted = False  # an older round failed while this one ran
 
 
 class DiskStore(DiskHooks):
@@ -58,10 +83,12 @@ class DiskStore(DiskHooks):
         self.sync_timeout = sync_timeout
         self.durable = durable
         self.set_health = set_health
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="nsqd-sync")
+        self._executor = ThreadPoolExecutor(ROUNDS_IN_FLIGHT, thread_name_prefix="nsqd-sync")
         self._dirty: dict[int, DiskQueue] = {}
         self._waiting: list[Commit] = []
-        self._running: asyncio.Future[None] | None = None
+        self._rounds: deque[_Round] = deque()  # under way or unanswered, oldest first
+        self._scheduled = False  # a round starts at the end of this loop iteration
+        self._drained: asyncio.Future[None] | None = None  # close() waits for the rounds
         self._timer: asyncio.TimerHandle | None = None
         self._full_due = False  # the next round writes positions too (--sync-timeout)
         self._sync_due = False  # a queue reached --sync-every
@@ -129,17 +156,21 @@ class DiskStore(DiskHooks):
             self._timer = self.loop.call_later(self.sync_timeout, self._tick)
 
     def _kick(self) -> None:
-        """Start a round if none runs and there is work: waiting publishers, a queue past
-        --sync-every, or the --sync-timeout tick."""
-        if self._running is not None or self._closed:
+        """Start a round if a thread is free and there is work: waiting publishers, a queue
+        past --sync-every, or the --sync-timeout tick."""
+        if self._scheduled or self._closed or self._running_rounds() >= ROUNDS_IN_FLIGHT:
             return
         if self._waiting or self._sync_due or self._full_due:
-            self._running = self.loop.create_future()
+            self._scheduled = True
             self.loop.call_soon(self._round)
+
+    def _running_rounds(self) -> int:
+        return sum(1 for r in self._rounds if not r.done)
 
     def _round(self) -> None:
         """One sync round. In durable mode a round that only serves waiting publishers fsyncs
         just the data; positions (metadata) are written on --sync-every / --sync-timeout."""
+        self._scheduled = False
         full_due, self._full_due = self._full_due, False
         self._sync_due = False
         jobs: list[tuple[DiskQueue, SyncJob]] = []
@@ -151,36 +182,42 @@ class DiskStore(DiskHooks):
             elif queue.needs_commit:
                 jobs.append((queue, queue.commit_job()))  # stays dirty for the next full sync
         waiting, self._waiting = self._waiting, []
+        this = _Round(jobs, waiting)
+        self._rounds.append(this)
         future = self.loop.run_in_executor(self._executor, _run_jobs, [j for _, j in jobs])
-        future.add_done_callback(lambda f: self._round_done(f, jobs, waiting))
+        future.add_done_callback(lambda f: self._round_done(f, this))
 
-    def _round_done(
-        self,
-        future: asyncio.Future[list[Exception]],
-        jobs: list[tuple[DiskQueue, SyncJob]],
-        waiting: list[Commit],
-    ) -> None:
-        errors = future.result()
-        for queue, job in jobs:
+    def _round_done(self, future: asyncio.Future[list[Exception]], this: _Round) -> None:
+        this.done = True
+        this.errors = errors = future.result()
+        for queue, job in this.jobs:
             queue.sync_done(job)  # always: a failed job asks for another sync
-        ok = not errors
-        if not ok:
+        if errors:
             log.error("DISKQUEUE sync failed - %s", errors[0])
             self.set_health(f"NOK - {errors[0]}")
-        running, self._running = self._running, None
-        for callback in waiting:
-            callback(ok)
-        if running is not None:
-            running.set_result(None)
+            started_after = False
+            for other in self._rounds:  # those started while this one ran
+                other.tainted = other.tainted or started_after
+                started_after = started_after or other is this
+        rounds = self._rounds
+        while rounds and rounds[0].done:  # answer in the order the rounds started
+            head = rounds.popleft()
+            ok = not head.errors and not head.tainted
+            for callback in head.waiting:
+                callback(ok)
+        drained = self._drained
+        if not rounds and not self._scheduled and drained is not None and not drained.done():
+            drained.set_result(None)
         self._kick()
 
     async def close(self, queues: list[DiskQueue]) -> None:
-        """Finish the sync round under way, then close every queue (each syncs itself)."""
+        """Finish the sync rounds under way, then close every queue (each syncs itself)."""
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        if self._running is not None:
-            await self._running
+        if self._rounds or self._scheduled:
+            self._drained = self.loop.create_future()
+            await self._drained
         waiting, self._waiting = self._waiting, []
         for callback in waiting:
             callback(False)  # nothing commits after close: those publishers get an error
