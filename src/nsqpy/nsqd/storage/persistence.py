@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from queue import SimpleQueue
 
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.backend import Backend, DiskHooks
@@ -42,6 +44,7 @@ from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, SyncJob
 log = logging.getLogger("nsqpy.nsqd")
 
 Commit = Callable[[bool], None]
+RoundDone = Callable[[list[Exception], "_Round"], None]
 #: Sync rounds allowed to run at once (one thread each).
 ROUNDS_IN_FLIGHT = 2
 
@@ -83,7 +86,7 @@ class DiskStore(DiskHooks):
         self.sync_timeout = sync_timeout
         self.durable = durable
         self.set_health = set_health
-        self._executor = ThreadPoolExecutor(ROUNDS_IN_FLIGHT, thread_name_prefix="nsqd-sync")
+        self._threads = _SyncThreads(loop, ROUNDS_IN_FLIGHT)
         self._dirty: dict[int, DiskQueue] = {}
         self._waiting: list[Commit] = []
         self._rounds: deque[_Round] = deque()  # under way or unanswered, oldest first
@@ -184,12 +187,11 @@ class DiskStore(DiskHooks):
         waiting, self._waiting = self._waiting, []
         this = _Round(jobs, waiting)
         self._rounds.append(this)
-        future = self.loop.run_in_executor(self._executor, _run_jobs, [j for _, j in jobs])
-        future.add_done_callback(lambda f: self._round_done(f, this))
+        self._threads.submit([j for _, j in jobs], self._round_done, this)
 
-    def _round_done(self, future: asyncio.Future[list[Exception]], this: _Round) -> None:
+    def _round_done(self, errors: list[Exception], this: _Round) -> None:
         this.done = True
-        this.errors = errors = future.result()
+        this.errors = errors
         for queue, job in this.jobs:
             queue.sync_done(job)  # always: a failed job asks for another sync
         if errors:
@@ -221,8 +223,40 @@ class DiskStore(DiskHooks):
         waiting, self._waiting = self._waiting, []
         for callback in waiting:
             callback(False)  # nothing commits after close: those publishers get an error
-        await self.loop.run_in_executor(self._executor, _close_all, queues)
-        self._executor.shutdown(wait=True)
+        await self.loop.run_in_executor(None, _close_all, queues)
+        self._threads.stop()
+
+
+class _SyncThreads:
+    """The threads sync rounds run on. A round's end is handed straight to the loop
+    (``call_soon_threadsafe``), without concurrent.futures' and asyncio's futures in
+    between: each of those took a loop iteration of a publisher's wait."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, count: int) -> None:
+        self.loop = loop
+        self._work: SimpleQueue[tuple[list[SyncJob], RoundDone, _Round] | None] = SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"nsqd-sync_{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, jobs: list[SyncJob], done: RoundDone, round_: _Round) -> None:
+        self._work.put((jobs, done, round_))
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            jobs, done, round_ = item
+            errors = _run_jobs(jobs)
+            self.loop.call_soon_threadsafe(done, errors, round_)
+
+    def stop(self) -> None:
+        """End the threads once the work given them is done (waits for them)."""
+        for _ in self._threads:
+            self._work.put(None)
+        for thread in self._threads:
+            thread.join()
 
 
 def _run_jobs(jobs: list[SyncJob]) -> list[Exception]:
