@@ -66,6 +66,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "max_attempts": 0,  # nsqpy's own (nsq#974, #1396), like the two below
     "message_ttl": 0,
     "dead_letter_suffix": ".dead",
+    "lease_ttl": 60 * SECOND,  # nsqpy's own (issue 22)
     "max_heartbeat_interval": 60 * SECOND,
     "max_rdy_count": 2500,
     "max_output_buffer_size": 65536,
@@ -163,8 +164,9 @@ def test_cfg_names() -> None:
     }
     assert fields | {"id", "broadcast_address"} == CFG_NAMES
     # nsqd v1.3.0's 49; nsqpy's durable, http_auth_required, http_allowed_origins, the three
-    # alert_* keys, max_defer_timeout, max_attempts, message_ttl and dead_letter_suffix
-    assert len(CFG_NAMES) == 59
+    # alert_* keys, max_defer_timeout, max_attempts, message_ttl, dead_letter_suffix and
+    # lease_ttl
+    assert len(CFG_NAMES) == 60
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -672,6 +674,7 @@ def test_dead_letter_settings_from_a_config_file(tmp_path: Path) -> None:
         (["--max-attempts=-1"], "failed to instantiate nsqd - --max-attempts must be [0,65535]"),
         (["--max-attempts=65536"], "failed to instantiate nsqd - --max-attempts must be [0,65535]"),
         (["--message-ttl=-1s"], "failed to instantiate nsqd - --message-ttl must be >= 0"),
+        (["--lease-ttl=0s"], "failed to instantiate nsqd - --lease-ttl must be > 0"),
         (
             ["--max-defer-timeout=-1s"],
             "failed to instantiate nsqd - --max-defer-timeout must be >= 0",

@@ -64,7 +64,6 @@ LOG_LEVELS: Final = ("debug", "info", "warn", "error", "fatal")
 _LOG_LEVEL_DISPLAY: Final = {"debug": "DEBUG", "info": "INFO", "warn": "WARNING"}
 
 
-
 class OptionsError(ValueError):
     """An invalid nsqd option; the message is nsqd's own wording."""
 
@@ -158,6 +157,8 @@ class NsqdOptions:
     max_attempts: int = 0
     message_ttl: int = 0
     dead_letter_suffix: str = policy.DEFAULT_SUFFIX
+    #: nsqpy only (issue 22): how long a sealed lease may stay unfinished by default.
+    lease_ttl: int = 60 * SECOND
     # client-overridable limits
     max_heartbeat_interval: int = 60 * SECOND
     max_rdy_count: int = 2500
@@ -388,6 +389,12 @@ def _add_dead_letter_flags(fs: FlagSet, d: NsqdOptions) -> None:
         "dead-letter-suffix",
         d.dead_letter_suffix,
         "(nsqpy) a channel's dead-letter topic is <topic><suffix> unless set per topic/channel",
+    )
+    fs.add_duration(
+        "lease-ttl",
+        d.lease_ttl,
+        "(nsqpy) default time a sealed lease has to be finished before its messages are "
+        "requeued (per request: /channel/lease?ttl=; at most --max-msg-timeout)",
     )
 
 
@@ -644,6 +651,8 @@ def validate_dead_letters(opts: NsqdOptions) -> None:
         raise OptionsError(f"--max-attempts must be [0,{policy.MAX_ATTEMPTS_LIMIT}]")
     if opts.message_ttl < 0:
         raise OptionsError("--message-ttl must be >= 0")
+    if opts.lease_ttl <= 0:
+        raise OptionsError("--lease-ttl must be > 0")
     try:
         policy.check_suffix(opts.dead_letter_suffix)
     except ValueError as err:

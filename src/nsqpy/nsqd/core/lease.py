@@ -103,12 +103,13 @@ class Lease:
 class LeaseBook:
     """The leases of one channel, open ones by name and recently closed ones by name."""
 
-    __slots__ = ("channel", "closed", "open")
+    __slots__ = ("channel", "closed", "created", "open")
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.open: dict[str, Lease] = {}
         self.closed: dict[str, Lease] = {}
+        self.created = 0  # leases ever taken: /stats shows lease_count once this is not 0
 
     @classmethod
     def of(cls, channel: Channel) -> LeaseBook:
@@ -159,6 +160,7 @@ class LeaseBook:
             raise LeaseError("INVALID_COUNT")
         lease = Lease(name, count, max_bytes or 0, ttl, now + wait)
         self.open[name] = lease
+        self.created += 1
         self._fill(lease, now)
         if lease.full or wait <= 0:
             self._seal(lease, now)

@@ -172,17 +172,32 @@ def _queue_families(snapshot: Stats) -> list[Family]:
         "gauge",
         "Age past which a message of the channel is not delivered (0: no TTL).",
     )
+    leases = Family(
+        "nsq_channel_leases",
+        "gauge",
+        "Open leases of the channel (their messages count in nsq_channel_in_flight).",
+    )
     for topic in snapshot.topics or ():
         _add_topic(topic, topic_families, topic_e2e)
         for channel in topic.channels:
             text = _add_channel(topic.topic_name, channel, channel_families, channel_e2e)
+            if channel.lease_count is not None:
+                leases.add(channel.lease_count, text)
             if channel.policy is not None:
                 for family, value in zip(
                     policy_families, _POLICY_VALUES(channel.policy), strict=True
                 ):
                     family.add(value, text)
                 ttl.add(channel.policy.message_ttl / _NS, text)
-    return [*topic_families, topic_e2e, *channel_families, channel_e2e, *policy_families, ttl]
+    return [
+        *topic_families,
+        topic_e2e,
+        *channel_families,
+        channel_e2e,
+        *policy_families,
+        ttl,
+        leases,
+    ]
 
 
 _TOPIC_VALUES: Final = attrgetter(*(figure[3] for figure in _TOPIC_FIGURES))

@@ -20,7 +20,8 @@ nsqpy's dead-letter/TTL fields (``max_attempts``, ``message_ttl``, ``dead_letter
 ``dead_letter_count``, ``expired_count``) are added to a channel, after nsqd's, only when a
 policy applies to it, it has its own settings, or it ever diverted a message; so unless those
 features are used the output is exactly nsqd's. The text form gets one more line per such
-channel.
+channel. Likewise ``lease_count`` (open leases, whose messages count in ``in_flight_count``)
+follows on a channel that has had a lease, with a ``leases: N`` line in the text form.
 
 Memory figures come from CPython rather than Go's runtime; see ``memory_stats``.
 """
@@ -40,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from nsqpy._internal.duration import SECOND, format_go_duration
+from nsqpy.nsqd.core.lease import LeaseBook
 from nsqpy.nsqd.core.quantile import LatencySummary
 
 if TYPE_CHECKING:
@@ -233,12 +235,16 @@ class ChannelStats:
     paused: bool
     e2e_processing_latency: E2eResult
     policy: PolicyStats | None = None
+    #: Open leases (nsqpy.nsqd.core.lease); None for a channel that never had one.
+    lease_count: int | None = None
 
     def to_json(self) -> dict[str, object]:
         clients = None if self.clients is None else [c.to_json() for c in self.clients]
-        doc = _fields_json(self, omit=("policy",), clients=clients)
+        doc = _fields_json(self, omit=("policy", "lease_count"), clients=clients)
         if self.policy is not None:
             doc.update(self.policy.to_json())
+        if self.lease_count is not None:
+            doc["lease_count"] = self.lease_count
         return doc
 
 
@@ -362,7 +368,15 @@ def _channel_stats(
         paused=channel.paused,
         e2e_processing_latency=e2e_latency(channel),
         policy=_policy_stats(channel) if channel.shows_policy else None,
+        lease_count=_lease_count(channel),
     )
+
+
+def _lease_count(channel: Channel) -> int | None:
+    book = channel.leases
+    if not isinstance(book, LeaseBook) or not book.created:
+        return None
+    return book.lease_count
 
 
 def _policy_stats(channel: Channel) -> PolicyStats:
@@ -584,6 +598,8 @@ def _topic_text(topic: TopicStats, now_ns: int) -> list[str]:
         )
         if channel.policy is not None:
             lines.append(f"          {channel.policy.text()}")
+        if channel.lease_count is not None:
+            lines.append(f"          leases: {channel.lease_count}")
         lines.extend(f"        {client.text(now_ns)}" for client in channel.clients or ())
     return lines
 

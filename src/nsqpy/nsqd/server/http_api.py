@@ -38,6 +38,7 @@ from nsqpy.nsqd.options import TLS_REQUIRED, config_value, parse_log_level, vers
 from nsqpy.nsqd.server.context import Daemon
 from nsqpy.nsqd.server.http_auth import HttpAuth
 from nsqpy.nsqd.server.http_dead_letters import DeadLetterRoutes
+from nsqpy.nsqd.server.http_leases import LeaseRoutes
 from nsqpy.protocol.command_reader import parse_mpub
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.errors import ClientError
@@ -82,6 +83,7 @@ class NsqdHttpApi:
         r.v1("GET", "/config/:opt", self.config)
         r.v1("PUT", "/config/:opt", self.config)
         DeadLetterRoutes(self.nsqd, self._valid_existing_topic, self._existing_channel).register(r)
+        LeaseRoutes(self.nsqd, self._existing_channel).register(r)
         self._register_debug()
 
     def _register_debug(self) -> None:
