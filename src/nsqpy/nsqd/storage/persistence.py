@@ -91,6 +91,7 @@ class DiskStore(DiskHooks):
         self._waiting: list[Commit] = []
         self._rounds: deque[_Round] = deque()  # under way or unanswered, oldest first
         self._scheduled = False  # a round starts at the end of this loop iteration
+        self._busy = 0  # rounds running (touched() asks on every read and FIN: keep it O(1))
         self._drained: asyncio.Future[None] | None = None  # close() waits for the rounds
         self._timer: asyncio.TimerHandle | None = None
         self._full_due = False  # the next round writes positions too (--sync-timeout)
@@ -161,14 +162,11 @@ class DiskStore(DiskHooks):
     def _kick(self) -> None:
         """Start a round if a thread is free and there is work: waiting publishers, a queue
         past --sync-every, or the --sync-timeout tick."""
-        if self._scheduled or self._closed or self._running_rounds() >= ROUNDS_IN_FLIGHT:
+        if self._scheduled or self._closed or self._busy >= ROUNDS_IN_FLIGHT:
             return
         if self._waiting or self._sync_due or self._full_due:
             self._scheduled = True
             self.loop.call_soon(self._round)
-
-    def _running_rounds(self) -> int:
-        return sum(1 for r in self._rounds if not r.done)
 
     def _round(self) -> None:
         """One sync round. In durable mode a round that only serves waiting publishers fsyncs
@@ -187,11 +185,13 @@ class DiskStore(DiskHooks):
         waiting, self._waiting = self._waiting, []
         this = _Round(jobs, waiting)
         self._rounds.append(this)
+        self._busy += 1
         self._threads.submit([j for _, j in jobs], self._round_done, this)
 
     def _round_done(self, errors: list[Exception], this: _Round) -> None:
         this.done = True
         this.errors = errors
+        self._busy -= 1
         for queue, job in this.jobs:
             queue.sync_done(job)  # always: a failed job asks for another sync
         if errors:
