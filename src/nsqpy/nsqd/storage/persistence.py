@@ -1,13 +1,13 @@
 """The daemon's side of the disk: opening queues, syncing them, group commit, nsqd.dat.
 
 ``DiskStore`` is the :class:`DiskHooks` the topics and channels report to. Syncs (fsync of the
-data plus an atomic metadata write) run on one worker thread so the event loop never waits for
+data plus an atomic metadata write) run on worker threads so the event loop never waits for
 the disk. A sync round takes every queue written since the last round; callbacks registered
 with ``after_commit`` run when the round that covers them completes. In durable mode every
 publish registers one, so all publishers waiting at that moment share one fsync per queue:
 group commit.
 
-Up to ``ROUNDS_IN_FLIGHT`` rounds run at once, each on a thread of the pool. With one, a
+Up to ``ROUNDS_IN_FLIGHT`` rounds run at once, each on a thread of its own. With one, a
 publisher that arrived during a round waited for it to end and then for a round of its own;
 two publishers that each wait for their OK (NSQ's request/response) fell into step, one per
 round, each waiting about two rounds per publish. A round starts as soon as someone waits
