@@ -130,3 +130,20 @@ def test_unavailable_deflate_reports_the_default_level() -> None:
     assert reply is not None
     data = json.loads(reply)
     assert (data["deflate"], data["deflate_level"]) == (False, 6)
+
+
+def test_leases_are_answered_only_when_asked_for_and_offered() -> None:
+    offered = ServerLimits(leases_available=True)
+    settings, reply = negotiate(
+        b'{"feature_negotiation":true,"leases":true}', ClientSettings(), offered
+    )
+    assert settings.leases and reply is not None and reply.endswith(b',"leases":true}')
+    for body in (b'{"feature_negotiation":true}', b'{"feature_negotiation":true,"leases":1}'):
+        settings, reply = negotiate(body, ClientSettings(), offered)
+        assert not settings.leases and reply is not None and b"leases" not in reply
+    settings, reply = negotiate(
+        b'{"feature_negotiation":true,"leases":true}', ClientSettings(), ServerLimits()
+    )
+    assert not settings.leases and reply is not None and b"leases" not in reply
+    settings, reply = negotiate(b'{"leases":true}', ClientSettings(), offered)
+    assert not settings.leases and reply is None

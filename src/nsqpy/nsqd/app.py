@@ -121,6 +121,7 @@ class NSQD:
             snappy_enabled=opts.snappy,
             deflate_enabled=opts.deflate,
             auth_required=bool(opts.auth_http_addresses),
+            leases_available=True,
         )
         self.clients: dict[int, Connection] = {}
         self.start_time = int(time.time())

@@ -4,6 +4,11 @@ Pure: the adapter performs any transport upgrade (TLS, snappy, deflate) after se
 reply this module builds. Field handling follows Go's ``encoding/json`` into nsqd's typed
 struct: keys match case-insensitively, unknown keys are ignored, ``null`` leaves a default,
 and a value of the wrong JSON type fails the whole body.
+
+One key is nsqpy's own: ``"leases": true`` asks for the lease commands (an nsqpy extension,
+``nsqpy.nsqd.server.tcp_leases``). nsqd ignores the key, so a value that is not a JSON bool is
+ignored too, and the reply gains ``"leases":true`` only when it was asked for (with
+``feature_negotiation``) and the server offers it: a client that does not ask gets nsqd's bytes.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class ServerLimits:
     #: False until the transport layer can wrap a connection in snappy or deflate; the
     #: options above still decide whether asking for both is an error, as in nsqd.
     compression_available: bool = False
+    #: nsqpy's lease commands can be negotiated (``"leases": true``).
+    leases_available: bool = False
 
 
 @dataclass(slots=True)
@@ -67,6 +74,7 @@ class ClientSettings:
     snappy: bool = False
     deflate: bool = False
     deflate_level: int = 6
+    leases: bool = False  # nsqpy extension: the lease commands were negotiated
 
 
 def decode_identify(body: bytes) -> dict[str, Any]:
@@ -84,6 +92,10 @@ def decode_identify(body: bytes) -> dict[str, Any]:
     for key, value in raw.items():
         name = key.lower()
         if value is None:
+            continue
+        if name == "leases":  # nsqpy's key: unknown to nsqd, so never an error
+            if isinstance(value, bool):
+                fields[name] = value
             continue
         if name in _STRING_FIELDS:
             ok = isinstance(value, str)
@@ -128,6 +140,7 @@ def apply_settings(
             raise _invalid(f"msg timeout ({timeout}) is invalid")
         new.msg_timeout = timeout
     new.deflate_level = fields.get("deflate_level", 0)
+    new.leases = fields.get("leases", False)
     return new
 
 
@@ -174,6 +187,7 @@ def negotiate(
     if not new.feature_negotiation:
         new.tls_v1 = new.snappy = new.deflate = False
         new.deflate_level = 6
+        new.leases = False
         return new, None
     new.tls_v1 = limits.tls_available and new.tls_v1
     new.deflate = limits.deflate_enabled and new.deflate
@@ -184,7 +198,8 @@ def negotiate(
         new.snappy = new.deflate = False  # answer as nsqd with --snappy=false --deflate=false
     level = new.deflate_level if new.deflate and new.deflate_level > 0 else 6
     new.deflate_level = min(level, limits.max_deflate_level)
-    reply = {
+    new.leases = limits.leases_available and new.leases
+    reply: dict[str, object] = {
         "max_rdy_count": limits.max_rdy_count,
         "version": NSQ_VERSION,
         "max_msg_timeout": limits.max_msg_timeout,
@@ -199,4 +214,6 @@ def negotiate(
         "output_buffer_size": new.output_buffer_size,
         "output_buffer_timeout": new.output_buffer_timeout,
     }
+    if new.leases:
+        reply["leases"] = True
     return new, json.dumps(reply, separators=(",", ":")).encode()

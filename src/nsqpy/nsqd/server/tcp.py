@@ -29,6 +29,7 @@ from nsqpy.nsqd.core.client import (
 from nsqpy.nsqd.core.errors import BrokerError, InFlightError
 from nsqpy.nsqd.server.context import Daemon
 from nsqpy.nsqd.server.tcp_handshake import Handler, HandshakeMixin
+from nsqpy.nsqd.server.tcp_leases import lease_handler
 from nsqpy.protocol.command_reader import CommandReader, parse_mpub
 from nsqpy.protocol.compression import CompressionError, StreamDecoder, StreamEncoder
 from nsqpy.protocol.constants import MAGIC_V2, MSG_ID_LENGTH
@@ -195,7 +196,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
                 cmd = reader.next()
                 if cmd is None:
                     break
-                handler = handlers.get(cmd[0])
+                handler = handlers.get(cmd[0]) or lease_handler(self, cmd[0])
                 if handler is None:
                     raise self._unknown(cmd[0])
                 try:

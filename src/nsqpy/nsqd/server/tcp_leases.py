@@ -1,0 +1,235 @@
+"""nsqpy's V2 commands for leases (``nsqpy.nsqd.core.lease``); not in nsqd.
+
+Only a connection that sent ``"leases": true`` (with ``feature_negotiation``) in IDENTIFY has
+them; for any other ``LEASE`` is an unknown command, answered (fatally) as nsqd answers one.
+They need no SUB and work in any state, from any connection::
+
+    LEASE <topic> <channel> <lease> <count> <bytes> <wait_ms> [<ttl_ms>]
+    LEASE <topic> <channel> <lease>             (a lease that exists)
+    LEASE_FIN <topic> <channel> <lease>
+    LEASE_REQ <topic> <channel> <lease> <delay_ms>
+
+``LEASE`` is answered with the lease's messages as ordinary message frames, then the response
+``LEASED <lease> <count> <bytes>``, all written at once (so the ``count`` message frames just
+before ``LEASED`` are the lease's, even on a connection that also consumes). A lease that waits
+for messages is answered when sealed; other commands' replies may come first meanwhile. Asked
+again, from any connection, the same frames (ids, bodies, timestamps, attempts) come back.
+``LEASE_FIN`` and ``LEASE_REQ`` answer ``OK``, again for a repeat.
+
+Leased messages are not in any connection's in-flight: ``FIN``/``REQ``/``TOUCH`` of their ids
+fail as for any id not in flight (``E_FIN_FAILED`` ..., non-fatal) and change nothing.
+
+Errors are non-fatal: ``E_INVALID`` (parameters), ``E_BAD_TOPIC``, ``E_BAD_CHANNEL``, and
+``E_<CODE> <CMD> <lease> failed <CODE>`` for ``TOPIC_NOT_FOUND``, ``CHANNEL_NOT_FOUND``,
+``EPHEMERAL_CHANNEL``, ``LEASE_NOT_FOUND``, ``LEASE_MISMATCH``, ``LEASE_FINISHED`` and
+``LEASE_REQUEUED``, the codes of the HTTP routes (``server/http_leases.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from functools import partial
+from typing import Final, Protocol
+
+from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.lease import Lease, LeaseBook, LeaseError, is_valid_lease_name
+from nsqpy.nsqd.server.context import Daemon
+from nsqpy.protocol.errors import ClientError
+from nsqpy.protocol.frames import encode_error, encode_message, encode_response
+from nsqpy.protocol.identify import ClientSettings
+from nsqpy.protocol.names import is_valid_name
+from nsqpy.protocol.text import byte_to_base10, go_quote
+
+Handler = Callable[[list[bytes], bytes | None, float], None]
+
+_MS: Final = 1_000_000
+_OK: Final = encode_response(b"OK")
+
+
+class LeaseConnection(Protocol):
+    """What the commands use of a ``V2Connection``."""
+
+    nsqd: Daemon
+    loop: asyncio.AbstractEventLoop
+    settings: ClientSettings
+    _auth_on: bool
+
+    def _send_frame(self, frame: bytes) -> None: ...
+    def is_closing(self) -> bool: ...
+    def _check_auth(
+        self,
+        handler: Handler,
+        params: list[bytes],
+        body: bytes | None,
+        cmd: str,
+        topic: str,
+        channel: str,
+    ) -> bool: ...
+
+
+def lease_handler(conn: LeaseConnection, name: bytes) -> Handler | None:
+    """The handler of lease command ``name`` for ``conn``, if it negotiated leases."""
+    command = _COMMANDS.get(name)
+    if command is None or not conn.settings.leases:
+        return None
+    return partial(command, conn)
+
+
+def _invalid(desc: str) -> ClientError:
+    return ClientError("E_INVALID", desc, fatal=False)
+
+
+def _failed(cmd: str, lease: str, code: str) -> ClientError:
+    return ClientError(f"E_{code}", f"{cmd} {lease} failed {code}", fatal=False)
+
+
+def _number(cmd: str, what: str, raw: bytes, low: int, high: int) -> int:
+    value = byte_to_base10(raw)
+    if value is None:
+        raise _invalid(f"{cmd} could not parse {what} {raw.decode('utf-8', 'replace')}")
+    if not low <= value <= high:
+        raise _invalid(f"{cmd} {what} {value} out of range {low}-{high}")
+    return value
+
+
+def _target(
+    conn: LeaseConnection, cmd: str, params: list[bytes], counts: tuple[int, ...]
+) -> tuple[str, str, str]:
+    """The topic, channel and lease names (checked), or the command's error."""
+    if len(params) not in counts:
+        raise _invalid(f"{cmd} invalid number of parameters")
+    if not is_valid_name(params[1]):
+        raise ClientError(
+            "E_BAD_TOPIC", f"{cmd} topic name {go_quote(params[1])} is not valid", fatal=False
+        )
+    if not is_valid_name(params[2]):
+        raise ClientError(
+            "E_BAD_CHANNEL", f"{cmd} channel name {go_quote(params[2])} is not valid", fatal=False
+        )
+    lease = params[3].decode("utf-8", "replace")
+    if not is_valid_lease_name(lease):
+        raise _invalid(f"{cmd} lease name {go_quote(params[3])} is not valid")
+    return params[1].decode(), params[2].decode(), lease
+
+
+def _channel(conn: LeaseConnection, cmd: str, topic: str, channel: str, lease: str) -> Channel:
+    found = conn.nsqd.broker.topics.get(topic)
+    if found is None:
+        raise _failed(cmd, lease, "TOPIC_NOT_FOUND")
+    chan = found.channels.get(channel)
+    if chan is None:
+        raise _failed(cmd, lease, "CHANNEL_NOT_FOUND")
+    if chan.ephemeral:
+        raise _failed(cmd, lease, "EPHEMERAL_CHANNEL")
+    return chan
+
+
+def _lease(conn: LeaseConnection, params: list[bytes], body: bytes | None, now: float) -> None:
+    topic, channel_name, name = _target(conn, "LEASE", params, (4, 7, 8))
+    opts = conn.nsqd.opts
+    max_ms = opts.max_msg_timeout // _MS
+    count = max_bytes = None
+    wait_ms = 0
+    ttl_ms = min(opts.lease_ttl, opts.max_msg_timeout) // _MS
+    if len(params) > 4:
+        count = _number("LEASE", "count", params[4], 1, opts.max_rdy_count)
+        max_bytes = _number("LEASE", "bytes", params[5], 0, 1 << 62)
+        wait_ms = _number("LEASE", "wait", params[6], 0, max_ms)
+        if len(params) > 7:
+            ttl_ms = _number("LEASE", "ttl", params[7], 1, max_ms)
+    if conn._auth_on and not conn._check_auth(
+        partial(_lease, conn), params, body, "LEASE", topic, channel_name
+    ):
+        return
+    book = LeaseBook.of(_channel(conn, "LEASE", topic, channel_name, name))
+    try:
+        lease = book.lease(name, count, max_bytes, ttl=ttl_ms / 1000, wait=wait_ms / 1000, now=now)
+    except LeaseError as err:
+        code = "LEASE_NOT_FOUND" if err.code == "MISSING_ARG_COUNT" else err.code
+        raise _failed("LEASE", name, code) from None
+    if lease.sealed:
+        conn._send_frame(_answer(lease))
+    else:
+        _when_sealed(conn, book, lease)
+
+
+def _answer(lease: Lease) -> bytes:
+    frames = [encode_message(m.timestamp, m.attempts, m.id, m.body) for m in lease.messages]
+    frames.append(
+        encode_response(f"LEASED {lease.name} {len(lease.messages)} {lease.size}".encode())
+    )
+    return b"".join(frames)
+
+
+def _when_sealed(conn: LeaseConnection, book: LeaseBook, lease: Lease) -> None:
+    """Answer once ``lease`` is sealed: by the queue scan (full) or at the end of its wait."""
+    loop = conn.loop
+
+    def sealed(_: Lease) -> None:
+        timer.cancel()
+        if not conn.is_closing():
+            conn._send_frame(_answer(lease))
+
+    def due() -> None:
+        book.seal(lease, loop.time())
+        if not lease.sealed:  # the channel (and its leases) went meanwhile
+            if sealed in lease.waiters:
+                lease.waiters.remove(sealed)
+            if not conn.is_closing():
+                conn._send_frame(encode_error(_failed("LEASE", lease.name, "LEASE_NOT_FOUND").wire))
+
+    lease.waiters.append(sealed)
+    timer = loop.call_at(lease.fill_until, due)
+
+
+def _settle(
+    conn: LeaseConnection, cmd: str, params: list[bytes], body: bytes | None
+) -> tuple[LeaseBook, str, int] | None:
+    counts = (5,) if cmd == "LEASE_REQ" else (4,)
+    topic, channel_name, name = _target(conn, cmd, params, counts)
+    delay_ms = 0
+    if cmd == "LEASE_REQ":
+        delay_ms = _number(cmd, "timeout", params[4], 0, conn.nsqd.opts.max_req_timeout // _MS)
+    handler = _lease_fin if cmd == "LEASE_FIN" else _lease_req
+    if conn._auth_on and not conn._check_auth(
+        partial(handler, conn), params, body, cmd, topic, channel_name
+    ):
+        return None
+    channel = _channel(conn, cmd, topic, channel_name, name)
+    if channel.leases is None:
+        raise _failed(cmd, name, "LEASE_NOT_FOUND")
+    return LeaseBook.of(channel), name, delay_ms
+
+
+def _lease_fin(conn: LeaseConnection, params: list[bytes], body: bytes | None, now: float) -> None:
+    target = _settle(conn, "LEASE_FIN", params, body)
+    if target is None:
+        return
+    book, name, _ = target
+    try:
+        book.finish(name, now)
+    except LeaseError as err:
+        raise _failed("LEASE_FIN", name, err.code) from None
+    conn._send_frame(_OK)
+
+
+def _lease_req(conn: LeaseConnection, params: list[bytes], body: bytes | None, now: float) -> None:
+    target = _settle(conn, "LEASE_REQ", params, body)
+    if target is None:
+        return
+    book, name, delay_ms = target
+    try:
+        book.requeue(name, delay_ms / 1000, now)
+    except LeaseError as err:
+        raise _failed("LEASE_REQ", name, err.code) from None
+    conn._send_frame(_OK)
+
+
+_COMMANDS: Final[
+    dict[bytes, Callable[[LeaseConnection, list[bytes], bytes | None, float], None]]
+] = {
+    b"LEASE": _lease,
+    b"LEASE_FIN": _lease_fin,
+    b"LEASE_REQ": _lease_req,
+}
