@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 
+from nsqpy.nsqd.core.backend import Backend, DiskHooks
 from nsqpy.nsqd.core.broker import Broker, BrokerConfig
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.client import STATE_CLOSING, ClientState
 from nsqpy.nsqd.core.errors import InFlightError, QueueFull, TooManyConsumers
 from nsqpy.nsqd.core.message import Message
+from nsqpy.nsqd.storage.diskqueue import DiskQueue
 
 
 class Sink:
@@ -343,3 +348,55 @@ def test_backlog_keeps_flowing_after_a_full_transport_listed_the_client() -> Non
     assert len(sink.got) == 20
     ch.finish_many(sink.state, [m.id for m in sink.got[10:]], 0.0)
     assert len(sink.got) == 30 and ch.depth == 0
+
+
+# -- a disk backlog, read back in batches ----------------------------------------------------
+class CountingHooks(DiskHooks):
+    def __init__(self, durable: bool) -> None:
+        self.durable = durable
+        self.touches = 0
+
+    def touched(self, backend: Backend) -> None:
+        self.touches += 1
+
+
+class CountingQueue(DiskQueue):
+    def __init__(self, path: Path, durable: bool) -> None:
+        super().__init__(
+            "t", str(path), max_bytes_per_file=4096, max_record_size=1024,
+            sync_every=1 << 30, track_acks=durable, log=logging.getLogger("test"),
+        )
+        self.batches = 0
+
+    def read_many(self, limit: int) -> tuple[list[bytes], range]:
+        self.batches += 1
+        return super().read_many(limit)
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_disk_backlog_is_delivered_in_order_exactly_once(tmp_path: Path, durable: bool) -> None:
+    backend = CountingQueue(tmp_path, durable)
+    hooks = CountingHooks(durable)
+    ch = Channel("t", "c", mem_queue_size=10, max_msg_timeout=900.0, backend=backend, hooks=hooks)
+    total = 3000
+    for start in range(0, total, 200):
+        ch.put_many([msg(n) for n in range(start, start + 200)], 0.0)
+    assert ch.depth == total and backend.depth == (total if durable else total - 10)
+    sink = subscribe(ch, 250)
+    while True:
+        ids = list(sink.state.in_flight)
+        if not ids:
+            break
+        assert len(ids) <= 250
+        assert ch.finish_many(sink.state, ids, 0.0) == []
+    assert [m.id for m in sink.got] == [b"%016x" % n for n in range(total)]
+    assert sink.attempts == [1] * total
+    assert ch.depth == 0 and backend.depth == 0 and ch.in_flight_count == 0
+    # one disk read and one position report per window, not one per message
+    assert 0 < backend.batches <= 2 * total // 250
+    assert hooks.touches == backend.batches + (total if durable else 0)  # durable: + FINs
+    backend.sync_now()
+    backend.close()
+    again = CountingQueue(tmp_path, durable)
+    assert again.depth == 0 and again.read() is None  # durable: every record finished on FIN
+    again.close()

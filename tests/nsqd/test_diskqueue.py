@@ -658,6 +658,13 @@ class QueueMachine(RuleBasedStateMachine):
                 return
             assert item is not None and item[0] == self.expected.pop(0)
 
+    @rule(n=st.integers(0, 12))
+    def read_many(self, n: int) -> None:
+        got, tokens = self.q.read_many(n)
+        want = self.expected[:n]
+        del self.expected[:n]
+        assert got == want and len(tokens) == len(want)
+
     @rule(max_bytes=st.sampled_from([60, 150, 200, 1000]))
     def reopen(self, max_bytes: int) -> None:
         self.q.close()
@@ -716,6 +723,16 @@ class AckedQueueMachine(RuleBasedStateMachine):
         assert item is not None and item[0] == self.records[self.next_read]
         self.outstanding[item[1]] = self.next_read
         self.next_read += 1
+
+    @rule(n=st.integers(1, 8))
+    def read_many(self, n: int) -> None:
+        got, tokens = self.q.read_many(n)
+        want = self.records[self.next_read : self.next_read + n]
+        assert got == want and len(tokens) == len(want)
+        for token in tokens:
+            assert token not in self.outstanding
+            self.outstanding[token] = self.next_read
+            self.next_read += 1
 
     @precondition(lambda self: self.outstanding)
     @rule(data=st.data())
@@ -797,4 +814,60 @@ def test_commit_job_makes_data_durable_without_moving_positions(tmp_path: Path) 
     assert after == before
     q.sync_now()
     assert meta_file(tmp_path).read_bytes().startswith(b"2\n")
+    q.close()
+
+
+# -- read_many: a batch of records per call ----------------------------------------------
+def test_read_many_keeps_order_limit_and_tokens(tmp_path: Path) -> None:
+    q = open_q(tmp_path, max_bytes_per_file=200, track_acks=True)  # several segments
+    q.put([rec(i) for i in range(10)])
+    first, tokens = q.read_many(4)
+    assert first == [rec(i) for i in range(4)]
+    assert q.depth == 6
+    rest, more = q.read_many(100)
+    assert rest == [rec(i) for i in range(4, 10)]
+    assert list(tokens) + list(more) == list(range(tokens[0], tokens[0] + 10))
+    assert q.depth == 0 and q.read_many(5) == ([], range(more[-1] + 1, more[-1] + 1))
+    assert q.read() is None
+    for token in (*tokens, *more):
+        q.finish(token)
+    q.close()
+    q = open_q(tmp_path, track_acks=True)
+    assert q.depth == 0 and q.read_many(5)[0] == []  # all finished: nothing replays
+    q.close()
+
+
+def test_read_many_matches_read_position_for_position(tmp_path: Path) -> None:
+    q = open_q(tmp_path, max_bytes_per_file=150)
+    q.put([rec(i) for i in range(7)])
+    got, _ = q.read_many(3)
+    q.close()  # the positions of a batch read are those of three reads
+    assert got == [rec(0), rec(1), rec(2)]
+    assert drain_fresh(tmp_path, max_bytes_per_file=150) == [rec(i) for i in range(3, 7)]
+
+
+def test_read_many_with_nothing_to_read_or_no_limit(tmp_path: Path) -> None:
+    q = open_q(tmp_path)
+    assert q.read_many(10)[0] == []
+    q.put([rec(1)])
+    assert q.read_many(0)[0] == [] and q.depth == 1
+    assert q.read_many(10)[0] == [rec(1)]
+    q.close()
+    assert q.read_many(10)[0] == []
+
+
+def test_read_many_skips_a_bad_segment_and_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    seg(tmp_path, 0).write_bytes(frame(rec(1)) + frame(rec(2), 0) + frame(rec(3)))
+    seg(tmp_path, 1).write_bytes(frame(rec(4)) + frame(rec(5)))
+    write_meta(tmp_path, 5, 0, 0, 1, 88)
+    bad = Corruptions()
+    q = open_q(tmp_path, on_corruption=bad)
+    got, tokens = q.read_many(10)
+    assert got == [rec(1), rec(4), rec(5)]
+    assert len(tokens) == 3 and list(tokens) == sorted(set(tokens))
+    assert_jumped(tmp_path, bad, caplog, 0)
+    assert q.depth == 0
+    assert "positive depth at tail (2), data loss, resetting 0..." in " ".join(caplog.messages)
     q.close()

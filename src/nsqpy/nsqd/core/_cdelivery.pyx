@@ -193,7 +193,7 @@ def fill(channel, client, double now):
                     continue
                 msg = materialize(item)
             elif backend is not None and backend.depth:
-                msg = channel._pop_queued(now)
+                msg = channel._pop_queued(now, client.rdy - len(in_flight))
                 if msg is None:
                     break
             else:

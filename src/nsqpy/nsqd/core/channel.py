@@ -66,6 +66,9 @@ _NO_DISK = DiskHooks()
 DeadLetterSink = Callable[["Channel", Message], None]
 #: Expired messages a TTL sweep takes off a queue's head per ``process`` call.
 SWEEP_LIMIT = 1000
+#: At most this many disk records are read into the memory queue at once, for a client's open
+#: window (one disk-queue call and one ``touched`` per batch instead of per message).
+READ_BATCH = 2048
 
 
 class LeaseHooks(Protocol):
@@ -402,62 +405,82 @@ class Channel:
             self.backend.finish(msg.token)
             self.hooks.touched(self.backend)
 
-    def _next_queued(self, now: float) -> Message | None:
+    def _next_queued(self, now: float, want: int = 1) -> Message | None:
         """The oldest queued message that may be delivered under the channel's policy (see
         ``_pop_queued``); those that may not are diverted on the way."""
-        msg = self._pop_queued(now)
+        msg = self._pop_queued(now, want)
         wall = self.wall_ns()
         while msg is not None and not self._admit(msg, wall):
-            msg = self._pop_queued(now)
+            msg = self._pop_queued(now, want)
         return msg
 
-    def _pop_queued(self, now: float) -> Message | None:
-        """The oldest queued message: memory first, then disk (deferred records are parked)."""
-        if self.queue:
-            return materialize(self.queue.popleft())
+    def _pop_queued(self, now: float, want: int = 1) -> Message | None:
+        """The oldest queued message: memory first, then disk (deferred records are parked).
+
+        With the memory queue empty, up to ``want`` (at most ``READ_BATCH``) disk records are
+        read into it in one batch, in order: the caller means to deliver that many now."""
+        queue = self.queue
+        if queue:
+            return materialize(queue.popleft())
         backend = self.backend
         while backend is not None and backend.depth:
-            item = backend.read()
-            if item is None:
+            datas, tokens = backend.read_many(min(want, READ_BATCH) if want > 1 else 1)
+            if not datas:
                 return None
-            data, token = item
             self.hooks.touched(backend)
+            self._queue_records(backend, datas, tokens, now)
+            if queue:
+                return materialize(queue.popleft())
+        return None
+
+    def _queue_records(
+        self, backend: Backend, datas: list[bytes], tokens: range, now: float
+    ) -> None:
+        """Append records read from disk to the memory queue as messages (durable: with their
+        tokens); bad ones are skipped and finished, deferred ones not yet due are parked."""
+        queue = self.queue
+        durable = self.durable
+        wall = 0
+        for data, token in zip(datas, tokens, strict=True):
             try:
                 msg = _plain_message(data)  # None for an extended record: decoded below
                 if msg is not None:
-                    if self.durable:
+                    if durable:
                         msg.token = token
-                    return msg
+                    queue.append(msg)
+                    continue
                 rec = records.decode(data)
             except ValueError as err:
                 log.error("channel %s:%s skipping bad record - %s", self.topic_name, self.name, err)
                 backend.finish(token)
                 continue
             msg = from_record(rec)
-            if self.durable:
+            if durable:
                 msg.token = token
             if rec.due_ns:
                 if self.disk_deferred:
                     self.disk_deferred -= 1  # in the heap now, or due and delivered
-                remaining = (rec.due_ns - self.wall_ns()) / 1e9
+                if not wall:
+                    wall = self.wall_ns()
+                remaining = (rec.due_ns - wall) / 1e9
                 if remaining > 0:
                     heapq.heappush(self._deferred, (now + remaining, next(self._seq), msg))
                     continue
-            return msg
-        return None
+            queue.append(msg)
 
     def _pour_all(self, now: float) -> None:
         """Hand queued messages to ready clients, round-robin (after writes to disk)."""
         ready = self._ready
         next_queued = self._next_queued if self.policed else self._pop_queued
         backend = self.backend
+        want = sum(max(c.rdy - len(c.in_flight), 0) for c in ready)  # a disk batch's size
         while ready and not self.paused and (self.queue or (backend is not None and backend.depth)):
             client = ready[0]
             if client.rdy <= len(client.in_flight) or not client.writable:
                 ready.popleft()
                 client.in_ready = False
                 continue
-            msg = next_queued(now)
+            msg = next_queued(now, want)
             if msg is None:
                 return
             self._send(client, msg, now)
@@ -541,7 +564,7 @@ class Channel:
                 else:
                     continue
             elif backend is not None and backend.depth:
-                next_msg = self._next_queued(now)
+                next_msg = self._next_queued(now, client.rdy - len(in_flight))
                 if next_msg is None:
                     break
                 msg = next_msg
@@ -773,7 +796,7 @@ def py_fill(channel: Channel, client: ClientState, now: float) -> None:
                 continue
             msg = materialize(item)
         elif backend is not None and backend.depth:
-            next_msg = channel._pop_queued(now)
+            next_msg = channel._pop_queued(now, client.rdy - len(in_flight))
             if next_msg is None:
                 break
             msg = next_msg

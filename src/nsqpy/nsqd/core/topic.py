@@ -240,10 +240,8 @@ class Topic:
         if self.holding or backend is None or not backend.depth:
             return False
         msgs: list[Queued] = []
-        tokens: list[int] = []
-        while len(msgs) < limit and (item := backend.read()) is not None:
-            data, token = item
-            tokens.append(token)
+        datas, tokens = backend.read_many(limit)
+        for data in datas:
             try:
                 rec = records.decode(data)
             except ValueError:
@@ -262,7 +260,7 @@ class Topic:
             self.hooks.after_commit(lambda ok: self._finish(tokens) if ok else None)
         return bool(backend.depth)
 
-    def _finish(self, tokens: list[int]) -> None:
+    def _finish(self, tokens: range) -> None:
         if self.backend is not None:
             for token in tokens:
                 self.backend.finish(token)

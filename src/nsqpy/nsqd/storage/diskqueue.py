@@ -594,6 +594,65 @@ class DiskQueue:
         self._check_tail()
         return None
 
+    def read_many(self, limit: int) -> tuple[list[bytes], range]:
+        """Up to ``limit`` next records, in order, and their tokens (consecutive, one each).
+
+        ``read`` for a batch: the same positions, depth, acks and damage handling (a bad
+        segment is set aside and reading goes on in the next), with one call for the batch.
+        """
+        out: list[bytes] = []
+        first = self._token + 1
+        if self._closed or limit <= 0:
+            return out, range(first, first)
+        while len(out) < limit and (
+            self._read_file < self._write_file
+            or (self._read_file == self._write_file and self._read_pos < self._write_pos)
+        ):
+            try:
+                self._read_run(out, limit)
+            except (_Corrupt, OSError) as exc:
+                self._handle_corruption(str(exc))
+        if len(out) < limit:
+            self._check_tail()
+        return out, range(first, first + len(out))
+
+    def _read_run(self, out: list[bytes], limit: int) -> None:
+        """``_read_next`` over a run of records in the read segment, up to ``len(out) ==
+        limit``; what was read before any damage is counted as read when it raises."""
+        reader = self._reader if self._reader is not None else self._open_reader()
+        completed = self._read_file < self._write_file
+        if completed:
+            if reader.size is None:
+                reader.size = os.fstat(reader.fd).st_size
+            end = reader.size
+        else:
+            end = self._write_pos
+        before = len(out)
+        payload: bytes | None = b""
+        try:
+            if self.track_acks:
+                acks, unfinished, num = self._acks, self._unfinished, self._read_file
+                token, start = self._token, self._read_pos
+                while len(out) < limit and (payload := reader.next(end)) is not None:
+                    token += 1
+                    acks.append((token, num, start))
+                    unfinished.add(token)
+                    start = reader.pos
+                    out.append(payload)
+            else:
+                while len(out) < limit and (payload := reader.next(end)) is not None:
+                    out.append(payload)
+        finally:  # the reader moves only past whole, valid records
+            taken = len(out) - before
+            self._read_pos = reader.pos
+            self.depth -= taken
+            self._count += taken
+            self._token += taken
+        if completed and (payload is None or reader.pos >= end):
+            self._next_read_file()  # the end of a completed segment
+        if self._read_file == self._write_file and self._read_pos >= self._write_pos:
+            self._check_tail()
+
     def _has_unread(self) -> bool:
         if self._read_file != self._write_file:
             return self._read_file < self._write_file
