@@ -19,6 +19,7 @@ from typing import Final, NoReturn
 from urllib.parse import urlsplit
 
 from nsqpy._internal.daemon_options import (
+    add_allowed_origin_flag,
     add_log_flags,
     check_config,
     log_fatal,
@@ -28,10 +29,10 @@ from nsqpy._internal.daemon_options import (
     version_line,
 )
 from nsqpy._internal.duration import MINUTE, SECOND
-from nsqpy._internal.goflag import FlagKind, FlagSet, ParsedFlags, go_quote
+from nsqpy._internal.goflag import FlagSet, ParsedFlags, go_quote
 from nsqpy._internal.http_api import clean_path
 from nsqpy._internal.logs import LEVELS, parse_level
-from nsqpy._internal.origin import check_allowed_origins, origin_flag
+from nsqpy._internal.origin import check_allowed_origins
 from nsqpy.protocol.constants import NSQ_VERSION
 
 FATAL_PREFIX: Final = log_prefix("nsqadmin")
@@ -85,15 +86,8 @@ def _add_basic_flags(fs: FlagSet, d: NsqadminOptions) -> None:
     )
     fs.add_string("http-address", d.http_address, "<addr>:<port> to listen on for HTTP clients")
     fs.add_string("base-path", d.base_path, "URL base path")
-    fs.add_value(
-        "http-allowed-origin",
-        list(d.http_allowed_origins),
-        "(nsqpy) a web origin (scheme://host[:port], or * for all) whose pages may use the "
-        "admin actions besides nsqadmin's own; requests from other origins' pages are refused "
-        "(may be given multiple times or comma separated)",
-        parser=origin_flag,
-        coerce_as=FlagKind.STRING_ARRAY,
-        cfg="http_allowed_origins",
+    add_allowed_origin_flag(
+        fs, d.http_allowed_origins, "use the admin actions besides nsqadmin's own"
     )
     fs.add_string("dev-static-dir", d.dev_static_dir, "(development use only)")
 
