@@ -15,7 +15,9 @@ one), and leased messages count in the channel's ``in_flight_count``.
 
 The byte limit never stops a lease from taking its first message, so a message larger than
 ``max_bytes`` cannot block the channel's leases; after that a message that would pass the
-limit stays at the head of the queue and the lease is full.
+limit stays at the head of the queue and the lease is full. A lease may also be bounded by a
+publish time (``before``, unix ns): the first message published later stays at the head and
+the lease is full (a reader that drains "what was published before it started").
 
 A closed lease (finished, requeued or expired) is remembered for its ``ttl`` more, so that a
 late retry of a FIN or REQ is answered as the first was, and asking for it again is refused
@@ -66,6 +68,7 @@ class Lease:
     """One named lease of one channel."""
 
     __slots__ = (
+        "before",
         "closed_until",
         "count",
         "deadline",
@@ -80,10 +83,13 @@ class Lease:
         "waiters",
     )
 
-    def __init__(self, name: str, count: int, max_bytes: int, ttl: float, fill_until: float):
+    def __init__(
+        self, name: str, count: int, max_bytes: int, ttl: float, fill_until: float, before: int = 0
+    ):
         self.name = name
         self.count = count
         self.max_bytes = max_bytes  # 0: no limit
+        self.before = before  # unix ns; 0: no limit
         self.ttl = ttl
         self.fill_until = fill_until
         self.messages: list[Message] = []
@@ -138,10 +144,12 @@ class LeaseBook:
         ttl: float,
         wait: float,
         now: float,
+        before: int = 0,
     ) -> Lease:
         """The lease called ``name``: the open one (``count`` and ``max_bytes``, when given,
         must be its own), or a new one filled from the queue now and sealed at once when it is
-        full or ``wait`` is 0; else it keeps filling until ``now + wait`` (see ``process``)."""
+        full or ``wait`` is 0; else it keeps filling until ``now + wait`` (see ``process``).
+        A new lease takes no message published after ``before`` (unix ns, 0: any)."""
         if self.channel.ephemeral:
             raise LeaseError("EPHEMERAL_CHANNEL")
         lease = self.open.get(name)
@@ -158,7 +166,7 @@ class LeaseBook:
             raise LeaseError("MISSING_ARG_COUNT")
         if count < 1:
             raise LeaseError("INVALID_COUNT")
-        lease = Lease(name, count, max_bytes or 0, ttl, now + wait)
+        lease = Lease(name, count, max_bytes or 0, ttl, now + wait, before)
         self.open[name] = lease
         self.created += 1
         self._fill(lease, now)
@@ -179,7 +187,9 @@ class LeaseBook:
             if msg is None:
                 break
             size = len(msg.body)
-            if lease.max_bytes and messages and lease.size + size > lease.max_bytes:
+            if (lease.max_bytes and messages and lease.size + size > lease.max_bytes) or (
+                lease.before and msg.timestamp > lease.before
+            ):
                 channel.queue.appendleft(msg)  # the next to deliver anyway: order is kept
                 lease.full = True
                 break
@@ -243,6 +253,17 @@ class LeaseBook:
                 e2e.insert(wall - msg.timestamp, wall)
         self._close(lease, FINISHED, now)
         return lease
+
+    def release_empty(self, name: str, now: float) -> bool:
+        """Settle the open lease ``name`` if it is sealed with no message, and forget it at once
+        (True), so that the name can be asked again: a planner polls an idle channel under the
+        name of its next batch. It is finished as any lease (durable mode records that)."""
+        lease = self.open.get(name)
+        if lease is None or lease.state != SEALED or lease.messages:
+            return False
+        self.finish(name, now)
+        del self.closed[name]
+        return True
 
     def requeue(self, name: str, delay: float, now: float) -> Lease:
         """REQ every message of the lease (after ``delay`` seconds, as a REQ with a timeout);

@@ -6,6 +6,8 @@ They need no SUB and work in any state, from any connection::
 
     LEASE <topic> <channel> <lease> <count> <bytes> <wait_ms> [<ttl_ms>]
     LEASE <topic> <channel> <lease>             (a lease that exists)
+    LEASE_RESERVE <topic> <channel> <lease> <count> <bytes> <wait_ms> [<ttl_ms> [<before_ns>]]
+    LEASE_RESERVE <topic> <channel> <lease>     (a lease that exists)
     LEASE_FIN <topic> <channel> <lease>
     LEASE_REQ <topic> <channel> <lease> <delay_ms>
 
@@ -15,6 +17,14 @@ before ``LEASED`` are the lease's, even on a connection that also consumes). A l
 for messages is answered when sealed; other commands' replies may come first meanwhile. Asked
 again, from any connection, the same frames (ids, bodies, timestamps, attempts) come back.
 ``LEASE_FIN`` and ``LEASE_REQ`` answer ``OK``, again for a repeat.
+
+``LEASE_RESERVE`` takes (or finds) the lease as ``LEASE`` does but is answered with the
+response ``LEASED <lease> <count> <bytes>`` alone: a planner sizes a batch that its executors
+then fetch with ``LEASE``. Two differences serve such a planner. A reserve that seals with no
+message keeps no lease (it is finished and forgotten at once), so an idle channel can be
+polled under the name of the next batch until messages come. ``before_ns`` (unix ns, 0: no
+bound) bounds the publish time of what a new lease takes: the first message published later
+stays at the head of the queue and the lease is full ("what was published before the run").
 
 Leased messages are not in any connection's in-flight: ``FIN``/``REQ``/``TOUCH`` of their ids
 fail as for any id not in flight (``E_FIN_FAILED`` ..., non-fatal) and change nothing.
@@ -125,51 +135,79 @@ def _channel(conn: LeaseConnection, cmd: str, topic: str, channel: str, lease: s
     return chan
 
 
-def _lease(conn: LeaseConnection, params: list[bytes], body: bytes | None, now: float) -> None:
-    topic, channel_name, name = _target(conn, "LEASE", params, (4, 7, 8))
+def _lease(
+    conn: LeaseConnection,
+    params: list[bytes],
+    body: bytes | None,
+    now: float,
+    *,
+    reserve: bool = False,
+) -> None:
+    cmd = "LEASE_RESERVE" if reserve else "LEASE"
+    topic, channel_name, name = _target(conn, cmd, params, (4, 7, 8, 9) if reserve else (4, 7, 8))
     opts = conn.nsqd.opts
     max_ms = opts.max_msg_timeout // _MS
     count = max_bytes = None
-    wait_ms = 0
+    wait_ms = before = 0
     ttl_ms = min(opts.lease_ttl, opts.max_msg_timeout) // _MS
     if len(params) > 4:
-        count = _number("LEASE", "count", params[4], 1, opts.max_rdy_count)
-        max_bytes = _number("LEASE", "bytes", params[5], 0, 1 << 62)
-        wait_ms = _number("LEASE", "wait", params[6], 0, max_ms)
+        count = _number(cmd, "count", params[4], 1, opts.max_rdy_count)
+        max_bytes = _number(cmd, "bytes", params[5], 0, 1 << 62)
+        wait_ms = _number(cmd, "wait", params[6], 0, max_ms)
         if len(params) > 7:
-            ttl_ms = _number("LEASE", "ttl", params[7], 1, max_ms)
+            ttl_ms = _number(cmd, "ttl", params[7], 1, max_ms)
+        if len(params) > 8:
+            before = _number(cmd, "before", params[8], 0, (1 << 63) - 1)
     if conn._auth_on and not conn._check_auth(
-        partial(_lease, conn), params, body, "LEASE", topic, channel_name
+        partial(_lease, conn, reserve=reserve), params, body, cmd, topic, channel_name
     ):
         return
-    book = LeaseBook.of(_channel(conn, "LEASE", topic, channel_name, name))
+    book = LeaseBook.of(_channel(conn, cmd, topic, channel_name, name))
     try:
-        lease = book.lease(name, count, max_bytes, ttl=ttl_ms / 1000, wait=wait_ms / 1000, now=now)
+        lease = book.lease(
+            name, count, max_bytes, ttl=ttl_ms / 1000, wait=wait_ms / 1000, now=now, before=before
+        )
     except LeaseError as err:
         code = "LEASE_NOT_FOUND" if err.code == "MISSING_ARG_COUNT" else err.code
-        raise _failed("LEASE", name, code) from None
+        raise _failed(cmd, name, code) from None
+    answer = partial(_reserved, book, conn.loop) if reserve else _answer
     if lease.sealed:
-        conn._send_frame(_answer(lease))
+        conn._send_frame(answer(lease))
     else:
-        _when_sealed(conn, book, lease)
+        _when_sealed(conn, book, lease, cmd, answer)
 
 
 def _answer(lease: Lease) -> bytes:
     frames = [encode_message(m.timestamp, m.attempts, m.id, m.body) for m in lease.messages]
-    frames.append(
-        encode_response(f"LEASED {lease.name} {len(lease.messages)} {lease.size}".encode())
-    )
+    frames.append(_leased(lease))
     return b"".join(frames)
 
 
-def _when_sealed(conn: LeaseConnection, book: LeaseBook, lease: Lease) -> None:
+def _leased(lease: Lease) -> bytes:
+    return encode_response(f"LEASED {lease.name} {len(lease.messages)} {lease.size}".encode())
+
+
+def _reserved(book: LeaseBook, loop: asyncio.AbstractEventLoop, lease: Lease) -> bytes:
+    """LEASE_RESERVE's answer; a lease sealed empty is let go (see the module docstring)."""
+    book.release_empty(lease.name, loop.time())
+    return _leased(lease)
+
+
+def _when_sealed(
+    conn: LeaseConnection,
+    book: LeaseBook,
+    lease: Lease,
+    cmd: str,
+    answer: Callable[[Lease], bytes],
+) -> None:
     """Answer once ``lease`` is sealed: by the queue scan (full) or at the end of its wait."""
     loop = conn.loop
 
     def sealed(_: Lease) -> None:
         timer.cancel()
+        frame = answer(lease)  # also when the client is gone: a reserve lets an empty lease go
         if not conn.is_closing():
-            conn._send_frame(_answer(lease))
+            conn._send_frame(frame)
 
     def due() -> None:
         book.seal(lease, loop.time())
@@ -177,7 +215,7 @@ def _when_sealed(conn: LeaseConnection, book: LeaseBook, lease: Lease) -> None:
             if sealed in lease.waiters:
                 lease.waiters.remove(sealed)
             if not conn.is_closing():
-                conn._send_frame(encode_error(_failed("LEASE", lease.name, "LEASE_NOT_FOUND").wire))
+                conn._send_frame(encode_error(_failed(cmd, lease.name, "LEASE_NOT_FOUND").wire))
 
     lease.waiters.append(sealed)
     timer = loop.call_at(lease.fill_until, due)
@@ -230,6 +268,7 @@ _COMMANDS: Final[
     dict[bytes, Callable[[LeaseConnection, list[bytes], bytes | None, float], None]]
 ] = {
     b"LEASE": _lease,
+    b"LEASE_RESERVE": partial(_lease, reserve=True),
     b"LEASE_FIN": _lease_fin,
     b"LEASE_REQ": _lease_req,
 }
