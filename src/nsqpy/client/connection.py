@@ -15,7 +15,7 @@ import logging
 import struct
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, Self, cast
 
 from nsqpy.client.config import Config
 from nsqpy.client.errors import (
@@ -75,6 +75,8 @@ class ServerSettings:
     snappy: bool = False
     auth_required: bool = False
     version: str = ""
+    #: nsqpy's lease commands were negotiated (Go nsqd never says so)
+    leases: bool = False
 
     @classmethod
     def parse(cls, data: bytes) -> ServerSettings:
@@ -92,6 +94,7 @@ class ServerSettings:
             snappy=bool(raw.get("snappy")),
             auth_required=bool(raw.get("auth_required")),
             version=str(raw.get("version", "")),
+            leases=raw.get("leases") is True,
         )
 
 
@@ -140,9 +143,7 @@ class NsqdConnection(asyncio.Protocol):
     # --- opening ---------------------------------------------------------------------------
 
     @classmethod
-    async def open(
-        cls, address: str, config: Config, delegate: Delegate | None = None
-    ) -> NsqdConnection:
+    async def open(cls, address: str, config: Config, delegate: Delegate | None = None) -> Self:
         """Connect, IDENTIFY, upgrade (TLS, then deflate or snappy) and AUTH."""
         conn = cls(address, config, delegate)
         host, port = split_address(address)
@@ -162,7 +163,7 @@ class NsqdConnection(asyncio.Protocol):
     async def _handshake(self) -> None:
         self._write_now(MAGIC_V2)
         self._stop_after_response = True
-        reply = await self.command(commands.identify(self.config.identify_body()))
+        reply = await self.command(commands.identify(self._identify_fields()))
         self._stop_after_response = False
         self.settings = ServerSettings.parse(reply)
         if self.settings.tls_v1:
@@ -181,6 +182,9 @@ class NsqdConnection(asyncio.Protocol):
         if self.settings.auth_required:
             await self._authenticate()
         self._start_read_timer()
+
+    def _identify_fields(self) -> dict[str, object]:
+        return self.config.identify_body()
 
     async def _upgrade_tls(self) -> None:
         assert self._transport is not None

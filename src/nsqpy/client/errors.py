@@ -55,6 +55,24 @@ class PublishError(ServerError):
     """E_PUB_FAILED / E_MPUB_FAILED / E_DPUB_FAILED: nsqd could not take the message."""
 
 
+class LeaseError(ServerError):
+    """A lease command refused by nsqd (an nsqpy extension); nsqd keeps the connection.
+
+    ``gone`` is true when the lease no longer holds its messages: finished, requeued or
+    expired, or unknown (never taken, forgotten, or lost with a restart)."""
+
+    @property
+    def fatal(self) -> bool:
+        return False
+
+    @property
+    def gone(self) -> bool:
+        return self.code in LEASE_GONE_CODES
+
+
+#: The lease is not there (any more) to be read.
+LEASE_GONE_CODES: Final = frozenset({"E_LEASE_NOT_FOUND", "E_LEASE_FINISHED", "E_LEASE_REQUEUED"})
+
 _BY_CODE: Final[dict[str, type[ServerError]]] = {
     "E_INVALID": InvalidError,
     "E_BAD_BODY": InvalidError,
@@ -68,4 +86,9 @@ _BY_CODE: Final[dict[str, type[ServerError]]] = {
     "E_AUTH_FIRST": AuthError,
     "E_AUTH_DISABLED": AuthError,
     "E_UNAUTHORIZED": AuthError,
+    **dict.fromkeys(LEASE_GONE_CODES, LeaseError),
+    "E_LEASE_MISMATCH": LeaseError,
+    "E_TOPIC_NOT_FOUND": LeaseError,
+    "E_CHANNEL_NOT_FOUND": LeaseError,
+    "E_EPHEMERAL_CHANNEL": LeaseError,
 }

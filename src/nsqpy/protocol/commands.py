@@ -79,3 +79,40 @@ def req(msg_id: bytes, delay_ms: int) -> bytes:
 
 def touch(msg_id: bytes) -> bytes:
     return b"TOUCH %s\n" % msg_id
+
+
+# nsqpy's lease commands (an nsqd extension, negotiated with IDENTIFY "leases": true)
+
+
+def lease(topic: bytes | str, channel: bytes | str, name: bytes | str) -> bytes:
+    """LEASE of a lease that exists: its message frames, then ``LEASED <name> <n> <bytes>``."""
+    return b"LEASE %s %s %s\n" % (_b(topic), _b(channel), _b(name))
+
+
+def lease_reserve(
+    topic: bytes | str,
+    channel: bytes | str,
+    name: bytes | str,
+    count: int,
+    max_bytes: int,
+    wait_ms: int,
+    ttl_ms: int,
+    before_ns: int = 0,
+) -> bytes:
+    """LEASE_RESERVE of a new lease (or the same again): answered ``LEASED`` alone."""
+    return b"LEASE_RESERVE %s %s %s %d %d %d %d %d\n" % (
+        _b(topic), _b(channel), _b(name), count, max_bytes, wait_ms, ttl_ms, before_ns,
+    )  # fmt: skip
+
+
+def lease_reserved(topic: bytes | str, channel: bytes | str, name: bytes | str) -> bytes:
+    """LEASE_RESERVE of a lease that exists: ``LEASED <name> <n> <bytes>`` again."""
+    return b"LEASE_RESERVE %s %s %s\n" % (_b(topic), _b(channel), _b(name))
+
+
+def lease_fin(topic: bytes | str, channel: bytes | str, name: bytes | str) -> bytes:
+    return b"LEASE_FIN %s %s %s\n" % (_b(topic), _b(channel), _b(name))
+
+
+def lease_req(topic: bytes | str, channel: bytes | str, name: bytes | str, delay_ms: int) -> bytes:
+    return b"LEASE_REQ %s %s %s %d\n" % (_b(topic), _b(channel), _b(name), delay_ms)
