@@ -27,7 +27,7 @@ from nsqpy.nsqd.server import tls as nsqd_tls
 from nsqpy.nsqd.server.context import Connection
 from nsqpy.nsqd.server.lookup import Lookup, identity
 from nsqpy.nsqd.server.tcp import V2Connection
-from nsqpy.nsqd.storage import metadata
+from nsqpy.nsqd.storage import lease_journal, metadata
 from nsqpy.nsqd.storage.diskqueue import DiskQueue
 from nsqpy.nsqd.storage.persistence import DiskStore, MetadataWriter
 from nsqpy.protocol.constants import NSQ_VERSION
@@ -104,6 +104,8 @@ class NSQD:
         self._tasks: set[asyncio.Task[None]] = set()
         self.lookup: Lookup | None = None
         self._restoring = False
+        #: --durable: the journal that keeps sealed leases across a restart (opened by start)
+        self.leases: lease_journal.LeaseJournal | None = None
         self._pump_scheduled = False
         self.tls_context: ssl.SSLContext | None = None  # built by start()
         self.auth_tls_context: ssl.SSLContext | None = None
@@ -213,6 +215,10 @@ class NSQD:
         except metadata.MetadataError as err:
             raise StartupError(str(err)) from err
         self._restore()
+        if self.opts.durable:
+            self.leases = lease_journal.open_journal(
+                self.store.open_queue, self.store, self.broker, self.loop.time()
+            )
         self.store.start()
         await self._start_tcp()
         await self._start_http()
@@ -578,6 +584,8 @@ class NSQD:
                 written += channel.flush(now)
             written += topic.flush()
         queues = [q for q in self.broker.backends_in_use() if isinstance(q, DiskQueue)]
+        if self.leases is not None:
+            queues.append(self.leases.queue)
         await self.store.close(queues)
         log.info("NSQ: messages written to disk: %d, queues closed: %d", written, len(queues))
         if any(channel.disk_deferred for channel in self.broker.channels()):

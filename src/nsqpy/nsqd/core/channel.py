@@ -80,6 +80,10 @@ class LeaseHooks(Protocol):
 
     def clear(self) -> None: ...
 
+    def screen(
+        self, datas: list[bytes], tokens: Sequence[int]
+    ) -> tuple[list[bytes], Sequence[int]]: ...
+
 
 class Channel:
     """Queue, in-flight and deferred bookkeeping for one channel of one topic."""
@@ -428,13 +432,15 @@ class Channel:
             if not datas:
                 return None
             self.hooks.touched(backend)
-            self._queue_records(backend, datas, tokens, now)
+            # --durable: after a restart some records belong to leases the journal restored
+            batch = (datas, tokens) if self.leases is None else self.leases.screen(datas, tokens)
+            self._queue_records(backend, *batch, now)
             if queue:
                 return materialize(queue.popleft())
         return None
 
     def _queue_records(
-        self, backend: Backend, datas: list[bytes], tokens: range, now: float
+        self, backend: Backend, datas: list[bytes], tokens: Sequence[int], now: float
     ) -> None:
         """Append records read from disk to the memory queue as messages (durable: with their
         tokens); bad ones are skipped and finished, deferred ones not yet due are parked."""

@@ -30,16 +30,25 @@ and calls three hooks: ``process`` on every queue scan, ``drain`` at a clean sto
 messages are written back to the queue, as in-flight ones are) and ``clear`` on
 ``/channel/empty``. This module is the channel's friend: it uses the channel's own queue and
 requeue steps, so a leased message moves exactly as a delivered one does.
+
+In ``--durable`` mode the daemon gives every channel's book a ``journal`` (``LeaseLog``; the
+storage side is ``nsqpy.nsqd.storage.lease_journal``) and the book tells it of every seal,
+close and forgetting. After a restart the journal hands sealed leases back (``restore``) and
+closed ones (``remember``); their messages' disk records, read again by the channel, are
+screened by ``Claims`` (``nsqpy.nsqd.core.lease_claims``) so that they do not reach consumers
+as well. A restored message whose record has not come back yet is *unclaimed*: it counts in
+the channel's depth, not in flight, and its FIN or REQ is settled when the record comes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
 
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.errors import BrokerError
+from nsqpy.nsqd.core.lease_claims import Claims
 from nsqpy.nsqd.core.message import Message
 
 FILLING: Final = "filling"
@@ -64,6 +73,18 @@ class LeaseError(BrokerError):
         self.code = code
 
 
+class LeaseLog(Protocol):
+    """Where a durable channel's book records its leases (the daemon's lease journal)."""
+
+    def sealed(self, book: LeaseBook, lease: Lease, now: float) -> None: ...
+
+    def closed(self, book: LeaseBook, lease: Lease, now: float) -> None: ...
+
+    def forgotten(self, book: LeaseBook, lease: Lease) -> None: ...
+
+    def dropped(self, book: LeaseBook) -> None: ...
+
+
 class Lease:
     """One named lease of one channel."""
 
@@ -80,6 +101,7 @@ class Lease:
         "size",
         "state",
         "ttl",
+        "unclaimed",
         "waiters",
     )
 
@@ -100,6 +122,27 @@ class Lease:
         self.closed_until = 0.0
         #: Called once, with the lease, when it is sealed.
         self.waiters: list[Callable[[Lease], None]] = []
+        #: Restored messages whose disk record has not been read back (see lease_claims).
+        self.unclaimed = 0
+
+    @classmethod
+    def restored(
+        cls, name: str, count: int, max_bytes: int, ttl: float, deadline: float,
+        messages: list[Message],
+    ) -> Lease:  # fmt: skip
+        """A sealed lease as the durable journal kept it, due at ``deadline``."""
+        lease = cls(name, count, max_bytes, ttl, deadline - ttl)
+        lease.messages = messages
+        lease.size = sum(len(m.body) for m in messages)
+        lease.full = True
+        lease.state = SEALED
+        lease.deadline = deadline
+        return lease
+
+    @property
+    def held(self) -> int:
+        """Messages the lease counts in the channel's in-flight (all but unclaimed ones)."""
+        return len(self.messages) - self.unclaimed
 
     @property
     def sealed(self) -> bool:
@@ -109,13 +152,17 @@ class Lease:
 class LeaseBook:
     """The leases of one channel, open ones by name and recently closed ones by name."""
 
-    __slots__ = ("channel", "closed", "created", "open")
+    __slots__ = ("channel", "claims", "closed", "created", "journal", "open")
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.open: dict[str, Lease] = {}
         self.closed: dict[str, Lease] = {}
         self.created = 0  # leases ever taken: /stats shows lease_count once this is not 0
+        #: --durable: where seals and closes are recorded (set by the daemon).
+        self.journal: LeaseLog | None = None
+        #: After a restart: the disk records of restored leases (None: none restored).
+        self.claims: Claims | None = None
 
     @classmethod
     def of(cls, channel: Channel) -> LeaseBook:
@@ -212,6 +259,8 @@ class LeaseBook:
     def _seal(self, lease: Lease, now: float) -> None:
         lease.state = SEALED
         lease.deadline = now + lease.ttl
+        if self.journal is not None:
+            self.journal.sealed(self, lease, now)  # the daemon answers once it is durable
         waiters, lease.waiters = lease.waiters, []
         for waiter in waiters:
             waiter(lease)
@@ -228,13 +277,29 @@ class LeaseBook:
             return None
         if lease.state == FILLING:
             self._seal(lease, now)
-        self.channel.in_flight_count -= len(lease.messages)
+        self.channel.in_flight_count -= lease.held
         return lease
 
     def _close(self, lease: Lease, state: str, now: float) -> None:
         lease.state = state
         lease.closed_until = now + lease.ttl
         self.closed[lease.name] = lease
+        if self.journal is not None:
+            self.journal.closed(self, lease, now)
+
+    def _forget(self, lease: Lease) -> None:
+        """A closed lease is no longer remembered: its name is free again."""
+        del self.closed[lease.name]
+        if self.journal is not None:
+            self.journal.forgotten(self, lease)
+        if self.claims is not None:
+            self.claims.forget(lease)
+
+    def _unclaimed(self, lease: Lease) -> Sequence[Message]:
+        """A restored lease's messages whose record has not been read back yet."""
+        if not lease.unclaimed:
+            return ()
+        return [msg for msg in lease.messages if msg.token < 0]
 
     def finish(self, name: str, now: float) -> Lease:
         """FIN every message of the lease; again is a no-op (LEASE_REQUEUED once requeued)."""
@@ -251,6 +316,9 @@ class LeaseBook:
             channel._forget(msg)  # durable mode: the disk record goes now
             if e2e is not None:
                 e2e.insert(wall - msg.timestamp, wall)
+        for msg in self._unclaimed(lease):  # its record goes when it is read back
+            assert self.claims is not None
+            self.claims.drop(lease, msg.id)
         self._close(lease, FINISHED, now)
         return lease
 
@@ -261,8 +329,7 @@ class LeaseBook:
         lease = self.open.get(name)
         if lease is None or lease.state != SEALED or lease.messages:
             return False
-        self.finish(name, now)
-        del self.closed[name]
+        self._forget(self.finish(name, now))
         return True
 
     def requeue(self, name: str, delay: float, now: float) -> Lease:
@@ -277,7 +344,7 @@ class LeaseBook:
         channel = self.channel
         channel.requeue_count += len(lease.messages)
         limit = channel.max_attempts
-        for msg in lease.messages:
+        for msg in self._held_messages(lease):
             # out of attempts: _put dead-letters it now rather than after the delay
             if delay > 0 and not (limit and msg.attempts >= limit):
                 channel.retry_later(msg, delay, now)
@@ -286,10 +353,23 @@ class LeaseBook:
         self._close(lease, REQUEUED, now)
         return lease
 
+    def _held_messages(self, lease: Lease) -> Sequence[Message]:
+        """The messages to put back when ``lease`` is requeued: those it holds. An unclaimed
+        one stays where it is, on disk, and is delivered when read (its delay is not kept)."""
+        if not lease.unclaimed:
+            return lease.messages
+        claims = self.claims
+        assert claims is not None
+        for msg in self._unclaimed(lease):
+            claims.release(lease, msg)
+        return [msg for msg in lease.messages if msg.token >= 0]
+
     # -- the channel's hooks ------------------------------------------------------------------
     def process(self, now: float) -> bool:
         """The queue scan: fill and seal leases that wait, expire those past their ttl, forget
         closed ones past theirs. True if anything changed."""
+        if not self.open and not self.closed:
+            return False  # durable mode gives every channel a book: keep the idle ones cheap
         dirty = False
         for lease in list(self.open.values()):
             if lease.state == FILLING:
@@ -302,37 +382,76 @@ class LeaseBook:
             elif now >= lease.deadline:
                 self._expire(lease, now)
                 dirty = True
-        for name, lease in list(self.closed.items()):
+        for lease in list(self.closed.values()):
             if now >= lease.closed_until:
-                del self.closed[name]
+                self._forget(lease)
         return dirty
 
     def _expire(self, lease: Lease, now: float) -> None:
         """Requeue a lease its ttl ran out on, as in-flight messages that timed out."""
         del self.open[lease.name]
         channel = self.channel
-        count = len(lease.messages)
-        channel.in_flight_count -= count
-        channel.timeout_count += count
-        for msg in lease.messages:
+        channel.in_flight_count -= lease.held
+        channel.timeout_count += len(lease.messages)
+        for msg in self._held_messages(lease):
             channel._put(msg, now)
         self._close(lease, EXPIRED, now)
 
     def drain(self) -> list[Message]:
         """A clean stop: every leased message, to be written back with the queue; the book
-        is left empty (leases do not survive a restart outside ``--durable`` mode)."""
-        held = [msg for lease in self.open.values() for msg in lease.messages]
+        is left empty. Leases do not survive a restart outside ``--durable`` mode; in it the
+        journal keeps the sealed ones, and their records, written back, are claimed again
+        after the restart (an unclaimed message's record is still on disk: not written)."""
+        held = [msg for lease in self.open.values() for msg in self._held_messages(lease)]
         self.channel.in_flight_count -= len(held)
         self.open.clear()
         self.closed.clear()
+        self.claims = None
         return held
 
     def clear(self) -> None:
         """``/channel/empty``: the leases' messages are dropped with the rest."""
+        journal, self.journal = self.journal, None  # the seals below are not worth a record
         for lease in self.open.values():
             if lease.state == FILLING:  # its waiters get an empty lease
                 lease.messages.clear()
                 lease.size = 0
                 self._seal(lease, 0.0)
+        self.journal = journal
+        if journal is not None and (self.open or self.closed):
+            journal.dropped(self)
         self.open.clear()
         self.closed.clear()
+        self.claims = None
+
+    # -- after a restart (--durable) ----------------------------------------------------------
+    def restore(self, lease: Lease) -> None:
+        """A sealed lease the journal kept: open again, its messages served from the journal's
+        copies while their disk records are claimed as the channel reads them back."""
+        lease.unclaimed = len(lease.messages)
+        self._claims().expect(lease, lease.messages)
+        self.open[lease.name] = lease
+        self.created += 1
+
+    def remember(self, lease: Lease, finished_ids: Sequence[bytes]) -> None:
+        """A closed lease the journal kept (state and ``closed_until`` set): remembered as
+        before the restart; a finished one's records, if they come back, go."""
+        self.closed[lease.name] = lease
+        self.created += 1  # the channel has had leases: /stats goes on showing lease_count
+        if finished_ids:
+            claims = self._claims()
+            for msg_id in finished_ids:
+                claims.drop(lease, msg_id)
+
+    def _claims(self) -> Claims:
+        if self.claims is None:
+            self.claims = Claims(self.channel)
+        return self.claims
+
+    def screen(
+        self, datas: list[bytes], tokens: Sequence[int]
+    ) -> tuple[list[bytes], Sequence[int]]:
+        """The channel's disk batch without the records of restored leases (see Claims)."""
+        if self.claims is None:
+            return datas, tokens
+        return self.claims.screen(datas, tokens)

@@ -102,7 +102,14 @@ class LeaseRoutes:
             raise _api_error(err) from None
         if not lease.sealed:
             await self._sealed(book, lease)
+        await self._durable()
         return _lease_doc(lease, reserve=reserve)
+
+    async def _durable(self) -> None:
+        """--durable: answer once the lease journal's record of the seal, FIN or REQ is on
+        stable storage (the group commit after it); at once otherwise."""
+        if not await self.nsqd.committed():
+            raise ApiError(500, "INTERNAL_ERROR")
 
     async def _sealed(self, book: LeaseBook, lease: Lease) -> None:
         """Wait until ``lease`` is sealed: full (the queue scan fills it), or its wait over."""
@@ -128,6 +135,7 @@ class LeaseRoutes:
             _book(channel).finish(name, self._now())
         except LeaseError as err:
             raise _api_error(err) from None
+        await self._durable()
         return None
 
     async def requeue(self, request: web.Request, params: Params) -> object:
@@ -137,6 +145,7 @@ class LeaseRoutes:
             _book(channel).requeue(name, delay, self._now())
         except LeaseError as err:
             raise _api_error(err) from None
+        await self._durable()
         return None
 
 

@@ -318,9 +318,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         if not self.flush_pending:
             self.nsqd.schedule_flush(self)
 
-    def _reply_after_commit(self, cmd: str, topic: str) -> None:
-        """Durable mode: OK once the messages (and the topic's and its channels' entries in
-        nsqd.dat) are fsynced; later replies wait behind it."""
+    def _reply_after_commit(self, cmd: str, topic: str, frame: bytes = OK_FRAME) -> None:
+        """Durable mode: OK (or ``frame``) once the messages (and the topic's and its
+        channels' entries in nsqd.dat) are fsynced; later replies wait behind it."""
         pending = _Pending()
         if self._held is None:
             self._held = deque()
@@ -328,7 +328,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
 
         def committed(ok: bool) -> None:
             if ok:
-                pending.frame = OK_FRAME
+                pending.frame = frame
             else:
                 pending.frame = encode_error(f"E_{cmd}_FAILED {cmd} failed to sync".encode())
             if not ok:

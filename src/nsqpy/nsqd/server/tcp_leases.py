@@ -66,6 +66,7 @@ class LeaseConnection(Protocol):
     _auth_on: bool
 
     def _send_frame(self, frame: bytes) -> None: ...
+    def _reply_after_commit(self, cmd: str, topic: str, frame: bytes = ...) -> None: ...
     def is_closing(self) -> bool: ...
     def _check_auth(
         self,
@@ -172,7 +173,7 @@ def _lease(
         raise _failed(cmd, name, code) from None
     answer = partial(_reserved, book, conn.loop) if reserve else _answer
     if lease.sealed:
-        conn._send_frame(answer(lease))
+        _reply(conn, cmd, topic, answer(lease))
     else:
         _when_sealed(conn, book, lease, cmd, answer)
 
@@ -207,7 +208,7 @@ def _when_sealed(
         timer.cancel()
         frame = answer(lease)  # also when the client is gone: a reserve lets an empty lease go
         if not conn.is_closing():
-            conn._send_frame(frame)
+            _reply(conn, cmd, book.channel.topic_name, frame)
 
     def due() -> None:
         book.seal(lease, loop.time())
@@ -249,7 +250,7 @@ def _lease_fin(conn: LeaseConnection, params: list[bytes], body: bytes | None, n
         book.finish(name, now)
     except LeaseError as err:
         raise _failed("LEASE_FIN", name, err.code) from None
-    conn._send_frame(_OK)
+    _reply(conn, "LEASE_FIN", book.channel.topic_name, _OK)
 
 
 def _lease_req(conn: LeaseConnection, params: list[bytes], body: bytes | None, now: float) -> None:
@@ -261,7 +262,16 @@ def _lease_req(conn: LeaseConnection, params: list[bytes], body: bytes | None, n
         book.requeue(name, delay_ms / 1000, now)
     except LeaseError as err:
         raise _failed("LEASE_REQ", name, err.code) from None
-    conn._send_frame(_OK)
+    _reply(conn, "LEASE_REQ", book.channel.topic_name, _OK)
+
+
+def _reply(conn: LeaseConnection, cmd: str, topic: str, frame: bytes) -> None:
+    """--durable: answer once the lease journal's record is on stable storage (the group
+    commit after it), in its place among the connection's replies; at once otherwise."""
+    if conn.nsqd.store.durable:
+        conn._reply_after_commit(cmd, topic, frame)
+    else:
+        conn._send_frame(frame)
 
 
 _COMMANDS: Final[
