@@ -143,6 +143,30 @@ def test_dead_letter_keys_sum_counts_and_take_the_first_hostnames_settings() -> 
     assert list(plain.topics[0]["channels"][0])[-1] == "e2e_processing_latency"
 
 
+def test_lease_count_is_summed_over_the_nodes_that_report_it_and_kept_last() -> None:
+    collector = StatsCollector("t", NOW)
+    leased = node_stats(1, 1, None)
+    leased["topics"][0]["channels"][0]["lease_count"] = 2
+    collector.add_node("h1:4151", "alpha", leased)
+    collector.add_node("h2:4151", "mike", node_stats(1, 1, None))  # Go's nsqd: no such key
+    # a node whose channel has a dead-letter policy and a lease, added last
+    both = with_policy(node_stats(1, 1, None), **policy(2, "0s", "t.dead", 0, 0))
+    both["topics"][0]["channels"][0]["lease_count"] = 3
+    collector.add_node("h3:4151", "zulu", both)
+    total = collector.channels["c"]
+    assert total["lease_count"] == 5
+    assert list(total)[-7:] == ["e2e_processing_latency", *POLICY_KEYS, "lease_count"]
+    nodes = {n["hostname"]: n for n in total["nodes"]}
+    assert (nodes["alpha"]["lease_count"], nodes["zulu"]["lease_count"]) == (2, 3)
+    assert "lease_count" not in nodes["mike"]
+    assert list(nodes["zulu"])[-1] == "lease_count"
+    # only nodes without leases: no key anywhere
+    plain = StatsCollector("t", NOW)
+    plain.add_node("h2:4151", "mike", node_stats(1, 1, None))
+    assert "lease_count" not in plain.channels["c"]
+    assert "lease_count" not in plain.topics[0]["channels"][0]
+
+
 def test_e2e_percentiles_merge_as_nsq_does() -> None:
     one = e2e_from_node({"count": 10, "percentiles": [{"quantile": 0.99, "value": 8.0}]})
     assert one == {

@@ -861,3 +861,41 @@ def test_names_from_the_api_are_escaped(tab: Tab) -> None:
     )
     expect(page.locator("main img")).to_have_count(0)
     assert page.evaluate("window.pwned") is None
+
+
+#: What the UI shows for a count a node does not report (an en dash).
+NO_VALUE = "\u2013"
+
+
+def test_leases_show_on_channel_and_topic_pages_only_where_there_are_some(tab: Tab) -> None:
+    cluster = tab.cluster
+    for node in (0, 1):
+        cluster.create_channel("jobs", "batch", node)
+    cluster.create_channel("jobs", "plain", 0)
+    publish_counts(cluster, "jobs", {0: 5, 1: 3})
+    lease = f"http://{cluster.nsqd_http[0]}/channel/lease?topic=jobs&channel=batch&lease=b1"
+    status, body = cluster.request("POST", lease + "&count=2")
+    assert status == 200, body
+    page = tab.open("topics/jobs/batch")
+    node0, node1 = (f'tr[data-node="{addr}"]' for addr in cluster.nsqd_http)
+    expect(page.locator("#channel-nodes th", has_text="Leases")).to_have_count(1)
+    expect(cell(page, "#channel-nodes", node0, "leases")).to_have_text("1")
+    expect(cell(page, "#channel-nodes", node1, "leases")).to_have_text(NO_VALUE)  # no lease there
+    expect(cell(page, "#channel-nodes", "tr.total", "leases")).to_have_text("1")
+    expect(cell(page, "#channel-nodes", "tr.total", "in-flight")).to_have_text("2")
+    tab.shot("channel-leases")
+    status, body = cluster.request("POST", lease.replace("/lease?", "/lease/fin?"))
+    assert status == 200, body
+    expect(cell(page, "#channel-nodes", "tr.total", "leases")).to_have_text("0")
+    expect(cell(page, "#channel-nodes", "tr.total", "in-flight")).to_have_text("0")
+
+    page.goto(cluster.admin_url + "topics/jobs")
+    tab.wait_render()
+    expect(cell(page, "#channels", 'tr[data-channel="batch"]', "leases")).to_have_text("0")
+    expect(cell(page, "#channels", 'tr[data-channel="plain"]', "leases")).to_have_text(NO_VALUE)
+    # a channel that never had a lease reports nsqd's keys only: its page is as for Go's nsqd
+    page.goto(cluster.admin_url + "topics/jobs/plain")
+    tab.wait_render()
+    expect(cell(page, "#channel-nodes", "tr.total", "depth")).to_have_text("5")
+    expect(page.locator("#channel-nodes th", has_text="Leases")).to_have_count(0)
+    expect(page.locator("#channel-nodes td.leases")).to_have_count(0)

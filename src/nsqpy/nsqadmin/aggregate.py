@@ -21,6 +21,10 @@ one such node, and nowhere else, so against nodes without the feature the JSON i
 aggregate sums the two counts over the nodes that report them; its three settings are those
 of the first reporting node in ``nodes`` order (by hostname, then node address), whatever
 order the nodes were added in. Nodes that disagree keep their own values in ``nodes``.
+
+Likewise ``lease_count`` (open leases), which nsqpy's nsqd adds to a channel that has had a
+lease: carried last, after the dead-letter keys, by a node's channel that reported it and by
+every aggregate with at least one such node (the sum over them), and nowhere else.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ _NS: Final = 1_000_000_000
 #: nsqpy's dead-letter keys of a channel, in nsqd's order: settings, then counts.
 _POLICY_SETTINGS: Final = ("max_attempts", "message_ttl", "dead_letter_topic")
 _POLICY_COUNTS: Final = ("dead_letter_count", "expired_count")
+#: nsqpy's count of a channel's open leases, after everything else.
+_LEASES: Final = "lease_count"
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -198,6 +204,8 @@ def node_channel(doc: Mapping[str, Any], node: str, hostname: str, topic: str, n
     if _has_policy(doc):
         out.update((key, doc.get(key)) for key in _POLICY_SETTINGS)
         out.update((key, _num(doc, key)) for key in _POLICY_COUNTS)
+    if _LEASES in doc:
+        out[_LEASES] = _num(doc, _LEASES)
     return out
 
 
@@ -212,6 +220,14 @@ def _policy_add(total: Doc) -> None:
         return
     total.update((key, reporting[0][key]) for key in _POLICY_SETTINGS)
     total.update((key, sum(one[key] for one in reporting)) for key in _POLICY_COUNTS)
+
+
+def _leases_add(total: Doc) -> None:
+    """The aggregate's ``lease_count``: the sum over the nodes that report one, kept last."""
+    total.pop(_LEASES, None)
+    reporting = [one[_LEASES] for one in total["nodes"] if _LEASES in one]
+    if reporting:
+        total[_LEASES] = sum(reporting)
 
 
 def node_topic(doc: Mapping[str, Any], node: str, hostname: str, now: float) -> Doc:
@@ -256,7 +272,7 @@ def new_channel_aggregate(node: str, topic: str, channel: str) -> Doc:
 
 
 def channel_add(total: Doc, one: Doc) -> None:
-    """ChannelStats.Add (and nsqpy's dead-letter keys)."""
+    """ChannelStats.Add (and nsqpy's dead-letter and lease keys)."""
     total["node"] = "*"
     for key in _CHANNEL_COUNTS:
         total[key] += one[key]
@@ -264,6 +280,7 @@ def channel_add(total: Doc, one: Doc) -> None:
     total["nodes"] = [*(total["nodes"] or ()), one]
     _by_hostname(total["nodes"])
     _policy_add(total)
+    _leases_add(total)
     if total["e2e_processing_latency"] is None:
         total["e2e_processing_latency"] = _new_e2e(total["topic_name"], total["channel_name"])
     e2e_add(total["e2e_processing_latency"], one["e2e_processing_latency"])

@@ -462,31 +462,34 @@
       return html`<h2>Channel Message Queues</h2>${notice('Notice', 'No channels exist for this topic. Messages will queue at the topic until a channel is created.')}`;
     }
     const qs = quantilesOf(s.e2e_processing_latency);
-    const dl = reportsLetters(chans);
-    const e2e = e2eHead(qs, channelSpan(dl));
+    const extras = extrasOf(chans);
+    const e2e = e2eHead(qs, channelSpan(extras));
     return html`<h2>Channel Message Queues</h2>
-      <table class="grid" id="channels"><thead>${e2e.top}<tr>${channelCols('Channel', dl)}${e2e.cols}</tr></thead>
+      <table class="grid" id="channels"><thead>${e2e.top}<tr>${channelCols('Channel', extras)}${e2e.cols}</tr></thead>
       <tbody>${chans.map((c) => html`<tr data-channel="${c.channel_name}">
         <td><a href="${link(channelPath(topic, c.channel_name))}">${c.channel_name}</a>${paused(c.paused)}</td>
-        ${channelCells(c, dl)}${e2eCells(qs, c.e2e_processing_latency)}</tr>`)}</tbody></table>`;
+        ${channelCells(c, extras)}${e2eCells(qs, c.e2e_processing_latency)}</tr>`)}</tbody></table>`;
   }
 
   // nsqpy's nsqd adds dead-letter keys to a channel only when it has a policy (or once
-  // diverted a message), so the columns appear only when some row carries them; a row
-  // without them (a node without the feature) shows dashes.
+  // diverted a message), and lease_count only once it has had a lease, so each group of
+  // columns appears only when some row carries it; a row without it (a node without the
+  // feature, Go's nsqd) shows dashes.
   const reportsLetters = (rows) => (rows || []).some((c) => c && isNum(c.dead_letter_count));
-  const channelSpan = (dl) => (dl ? 11 : 9);
+  const reportsLeases = (rows) => (rows || []).some((c) => c && isNum(c.lease_count));
+  const extrasOf = (rows) => ({ letters: reportsLetters(rows), leases: reportsLeases(rows) });
+  const channelSpan = (x) => 9 + (x.letters ? 2 : 0) + (x.leases ? 1 : 0);
 
-  const channelCols = (first, dl) => html`<th>${first}</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
+  const channelCols = (first, x) => html`<th>${first}</th><th class="num">Depth</th><th class="num">Memory + Disk</th>
     <th class="num">In-Flight</th><th class="num">Deferred</th><th class="num">Requeued</th><th class="num">Timed Out</th>
-    <th class="num">Messages</th><th class="num">Connections</th>${dl ? html`<th class="num">Dead-lettered</th><th class="num">Expired</th>` : ''}`;
+    <th class="num">Messages</th><th class="num">Connections</th>${x.letters ? html`<th class="num">Dead-lettered</th><th class="num">Expired</th>` : ''}${x.leases ? html`<th class="num" title="open leases (nsqpy)">Leases</th>` : ''}`;
 
-  const channelCells = (c, dl) => html`<td class="num depth">${num(c.depth)}</td>
+  const channelCells = (c, x) => html`<td class="num depth">${num(c.depth)}</td>
     <td class="num">${num(c.memory_depth)} + ${num(c.backend_depth)}</td>
     <td class="num in-flight">${num(c.in_flight_count)}</td><td class="num">${num(c.deferred_count)}</td>
     <td class="num">${num(c.requeue_count)}</td><td class="num">${num(c.timeout_count)}</td>
     <td class="num messages">${num(c.message_count)}</td><td class="num connections">${num(clientCount(c))}</td>
-    ${dl ? html`<td class="num dead-lettered">${num(c.dead_letter_count)}</td><td class="num expired">${num(c.expired_count)}</td>` : ''}`;
+    ${x.letters ? html`<td class="num dead-lettered">${num(c.dead_letter_count)}</td><td class="num expired">${num(c.expired_count)}</td>` : ''}${x.leases ? html`<td class="num leases">${num(c.lease_count)}</td>` : ''}`;
 
   // A topic is taken for a dead-letter topic when some channel in the cluster names it (the
   // sampler's last round, /api/dead_letter_topics) or, failing that, when its name ends in
@@ -533,12 +536,12 @@
         return html`${head}${charts}${notice('Notice', html`No producers exist for this topic/channel. See <a href="${link('lookup')}">Lookup</a> for more information.`)}`;
       }
       const qs = quantilesOf(s.e2e_processing_latency);
-      const dl = reportsLetters(s.nodes);
-      const e2e = e2eHead(qs, channelSpan(dl));
+      const extras = extrasOf(s.nodes);
+      const e2e = e2eHead(qs, channelSpan(extras));
       const row = (n, total) => html`<tr class="${total ? 'total' : 'node'}" data-node="${total ? '' : n.node}"><td>${total ? 'Total:' : html`${nodeLink(n.node, n.hostname)}${paused(n.paused)}`}</td>
-        ${channelCells(n, dl)}${e2eCells(qs, n.e2e_processing_latency)}</tr>`;
+        ${channelCells(n, extras)}${e2eCells(qs, n.e2e_processing_latency)}</tr>`;
       return html`${head}${charts}<h2>Channel Message Queues</h2>
-        <table class="grid" id="channel-nodes"><thead>${e2e.top}<tr>${channelCols('NSQd Host', dl)}${e2e.cols}</tr></thead>
+        <table class="grid" id="channel-nodes"><thead>${e2e.top}<tr>${channelCols('NSQd Host', extras)}${e2e.cols}</tr></thead>
         <tbody>${(s.nodes || []).map((n) => row(n, false))}${row(s, true)}</tbody></table>
         ${policySection(s, topic, channel)}
         <h2>Client Connections</h2>${clientsTable(s.clients || [], true)}`;
@@ -719,10 +722,10 @@
   };
 
   function nodeChannels(t) {
-    const dl = reportsLetters(t.channels);
-    return html`<table class="grid"><thead><tr>${channelCols('Channel', dl)}</tr></thead><tbody>
-      ${t.channels.map((c) => html`<tr><td><a href="${link(channelPath(t.topic_name, c.channel_name))}">${c.channel_name}</a>${paused(c.paused)}</td>${channelCells(c, dl)}</tr>
-      ${(c.clients || []).length ? html`<tr class="sub"><td colspan="${channelSpan(dl)}">${clientsTable(c.clients, false)}</td></tr>` : ''}`)}
+    const extras = extrasOf(t.channels);
+    return html`<table class="grid"><thead><tr>${channelCols('Channel', extras)}</tr></thead><tbody>
+      ${t.channels.map((c) => html`<tr><td><a href="${link(channelPath(t.topic_name, c.channel_name))}">${c.channel_name}</a>${paused(c.paused)}</td>${channelCells(c, extras)}</tr>
+      ${(c.clients || []).length ? html`<tr class="sub"><td colspan="${channelSpan(extras)}">${clientsTable(c.clients, false)}</td></tr>` : ''}`)}
     </tbody></table>`;
   }
 
