@@ -400,3 +400,38 @@ def test_a_disk_backlog_is_delivered_in_order_exactly_once(tmp_path: Path, durab
     again = CountingQueue(tmp_path, durable)
     assert again.depth == 0 and again.read() is None  # durable: every record finished on FIN
     again.close()
+
+
+def _entries(n: int) -> list[tuple[bytes, bytes, int]]:
+    return [(b"%016x" % k, b"body%d" % k, 1000 + k) for k in range(n)]
+
+
+def test_a_published_batch_is_shared_out_in_runs_among_ready_clients() -> None:
+    """A batch goes out in runs, one per client turn: an equal share of what is left, as
+    far as the client's window has room (one write call per run, not per message)."""
+    ch = make_channel(mem=1000)
+    a, b = subscribe(ch, 2500), subscribe(ch, 2500)
+    batch = _entries(200)
+    ch.put_many(batch, 1.0)
+    assert [m.id for m in a.got] == [e[0] for e in batch[:100]]
+    assert [m.id for m in b.got] == [e[0] for e in batch[100:]]
+    assert ch.in_flight_count == 200 and ch.depth == 0
+    assert all(m.attempts == 1 and m.deadline == 61.0 for m in a.got + b.got)
+
+
+def test_a_run_stops_at_the_clients_window_and_the_rest_goes_to_the_others() -> None:
+    ch = make_channel(mem=1000)
+    small, big = subscribe(ch, 10), subscribe(ch, 2500)
+    batch = _entries(200)
+    ch.put_many(batch, 1.0)
+    assert [m.id for m in small.got] == [e[0] for e in batch[:10]]
+    assert [m.id for m in big.got] == [e[0] for e in batch[10:]]
+    assert not small.state.in_ready  # its window is full: out of the ready rotation
+
+
+def test_one_message_at_a_time_still_goes_round_the_ready_clients() -> None:
+    ch = make_channel(mem=1000)
+    sinks = [subscribe(ch, 100) for _ in range(3)]
+    for entry in _entries(6):
+        ch.put_many([entry], 1.0)
+    assert [len(s.got) for s in sinks] == [2, 2, 2]

@@ -128,6 +128,40 @@ def test_message_sink_writes_nsqd_message_frames(impl: str) -> None:
     assert golden[:18] == struct.pack(">iiqH", 230, 2, first.timestamp, 1)
 
 
+@pytest.mark.parametrize("impl", ["python", "compiled"])
+def test_write_many_writes_the_frames_of_write_and_asks_one_flush(impl: str) -> None:
+    sink_cls = PyMessageSink if impl == "python" else compiled(WIRE).MessageSink
+    owner = _Owner()
+    sink_cls(owner, 1 << 20).write_many(MSGS)
+    golden = b"".join(encode_message(m.timestamp, m.attempts & 0xFFFF, m.id, m.body) for m in MSGS)
+    assert bytes(owner._out) == golden
+    assert owner.calls == [("request", golden)]  # once, at the end of the run
+
+
+@pytest.mark.parametrize("impl", ["python", "compiled"])
+def test_write_many_flushes_mid_run_at_flush_at(impl: str) -> None:
+    sink_cls = PyMessageSink if impl == "python" else compiled(WIRE).MessageSink
+    owner = _Owner()
+    frames_ = [encode_message(m.timestamp, m.attempts & 0xFFFF, m.id, m.body) for m in MSGS]
+    sink_cls(owner, len(frames_[0])).write_many(MSGS)  # the first frame alone reaches it
+    assert owner.calls[0] == ("flush", frames_[0])
+    assert b"".join(data for _, data in owner.calls if _ == "flush") + bytes(owner._out) == (
+        b"".join(frames_)
+    )
+
+
+@given(st.lists(st.tuples(st.integers(0, 1 << 20), st.binary(max_size=300)), max_size=30))
+def test_message_sink_twins_write_many_alike(spec: list[tuple[int, bytes]]) -> None:
+    c = compiled(WIRE)
+    msgs = [_Msg(n, a, b) for n, (a, b) in enumerate(spec)]
+    results = []
+    for sink_cls in (PyMessageSink, c.MessageSink):
+        owner = _Owner()
+        sink_cls(owner, 512).write_many(msgs)  # small: flushes happen mid-way
+        results.append((owner.calls, bytes(owner._out)))
+    assert results[0] == results[1]
+
+
 @given(st.lists(st.tuples(st.integers(0, 1 << 20), st.binary(max_size=300)), max_size=30))
 def test_message_sink_twins_write_and_flush_alike(spec: list[tuple[int, bytes]]) -> None:
     c = compiled(WIRE)

@@ -124,3 +124,21 @@ cdef class MessageSink:
             owner.flush()
         elif not owner.flush_pending:
             owner.request_flush()
+
+    def write_many(self, list msgs):
+        """``write`` for each of ``msgs``, the owner looked up once per run: a flush at
+        ``flush_at`` bytes, else one flush requested at the end if none is pending."""
+        owner = self.owner
+        cdef bytearray out = owner._out
+        for msg in msgs:
+            msg_id = msg.id
+            body = msg.body
+            if type(msg_id) is not bytes or type(body) is not bytes:
+                msg_id = bytes(msg_id)
+                body = bytes(body)
+            _append_frame(out, msg.timestamp, msg.attempts, msg_id, body)
+            if PyByteArray_GET_SIZE(out) >= self.flush_at:
+                owner.flush()
+                out = owner._out  # the flush handed the old buffer to the transport
+        if PyByteArray_GET_SIZE(out) and not owner.flush_pending:
+            owner.request_flush()

@@ -11,7 +11,7 @@ Frame types: 0 response, 1 error, 2 message. All integers are big-endian.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, NamedTuple, Protocol
 
 from nsqpy._internal.compiled import load
@@ -81,6 +81,8 @@ class SinkOwner(Protocol):
 class Sink(Protocol):
     def write(self, msg: Framed) -> None: ...
 
+    def write_many(self, msgs: Sequence[Framed]) -> None: ...
+
 
 class PyMessageSink:
     """Frames delivered messages into ``owner._out``: ``write(msg)`` appends a message frame,
@@ -108,6 +110,26 @@ class PyMessageSink:
         if len(out) >= self._flush_at:
             owner.flush()
         elif not owner.flush_pending:
+            owner.request_flush()
+
+    def write_many(self, msgs: Sequence[Framed]) -> None:
+        """``write`` for each of ``msgs`` (a run of deliveries to one client), the owner
+        looked up once: a flush at ``flush_at`` bytes, else one flush requested at the end
+        if none is pending."""
+        owner = self._owner
+        out = owner._out
+        flush_at = self._flush_at
+        for msg in msgs:
+            body = msg.body
+            out += _pack_header(
+                len(body) + 30, FRAME_TYPE_MESSAGE, msg.timestamp, msg.attempts & 0xFFFF
+            )
+            out += msg.id
+            out += body
+            if len(out) >= flush_at:
+                owner.flush()
+                out = owner._out  # the flush handed the old buffer to the transport
+        if out and not owner.flush_pending:
             owner.request_flush()
 
 

@@ -134,38 +134,58 @@ def delivered(tuple item, double now, double timeout):
     return _delivered(item, now, now + timeout)
 
 
+#: channel.TURN: the most messages one client gets in one turn of ``deliver``.
+cdef Py_ssize_t TURN = 256
+
+
 def deliver(channel, list msgs, double now):
-    """``Channel.put_many``'s loop: hand ``msgs`` to ready clients; returns how many went."""
+    """``Channel.put_many``'s loop (``py_deliver``): hand ``msgs`` to the ready clients in
+    turns, a run of messages per turn; returns how many went."""
     ready = channel._ready
     cdef Py_ssize_t count = len(msgs)
     cdef Py_ssize_t i = 0
-    cdef double timeout
+    cdef Py_ssize_t j, room, take
     cdef dict in_flight
+    cdef list run
     cdef object now_obj = now
+    cdef Py_ssize_t share = (count + len(ready) - 1) // len(ready) if ready else 1
+    if share > TURN:
+        share = TURN
     while i < count and ready and not channel.paused:
         client = ready[0]
         in_flight = client.in_flight
-        if client.rdy <= len(in_flight) or not client.writable:
+        room = client.rdy - len(in_flight)
+        if room <= 0 or not client.writable:
             ready.popleft()
             client.in_ready = False
             continue
-        item = msgs[i]
         if client.sample_rate:
-            channel._send(client, materialize(item), now)
-        else:
-            timeout = client.msg_timeout
+            channel._send(client, materialize(msgs[i]), now)
+            i += 1
+            ready.rotate(-1)
+            continue
+        take = share
+        if take > room:
+            take = room
+        if take > count - i:
+            take = count - i
+        deadline = now + <double>client.msg_timeout
+        run = []
+        for j in range(i, i + take):
+            item = msgs[j]
             if PyTuple_Check(item):
-                msg = _delivered(<tuple>item, now_obj, now + timeout)
+                msg = _delivered(<tuple>item, now_obj, deadline)
             else:
                 msg = item
                 msg.attempts += 1
                 msg.delivery_ts = now
-                msg.deadline = now + timeout
+                msg.deadline = deadline
             in_flight[msg.id] = msg
-            client.message_count += 1
-            channel.in_flight_count += 1
-            client.write_message(msg)
-        i += 1
+            run.append(msg)
+        client.message_count += take
+        channel.in_flight_count += take
+        client.write_messages(run)
+        i += take
         ready.rotate(-1)
     return i
 

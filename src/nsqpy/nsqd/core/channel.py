@@ -41,7 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import count
-from typing import Protocol
+from typing import Final, Protocol
 
 from nsqpy._internal.compiled import load
 from nsqpy.nsqd.core import records
@@ -751,33 +751,53 @@ class Channel:
 # can replace it statement for statement; the tests run both (NSQPY_PURE_PYTHON=1 picks these).
 
 
+#: The most messages one turn of ``put_many``'s delivery gives a client before the next ready
+#: client's turn: a run of messages is framed with one write call, and a client whose
+#: transport fills up mid-run takes at most this many more.
+TURN: Final = 256
+
+
 def py_deliver(channel: Channel, msgs: list[Queued], now: float) -> int:
-    """``put_many``'s loop: hand ``msgs`` to ready clients in turn; returns how many went."""
+    """``put_many``'s loop: hand ``msgs`` to the ready clients in turns; returns how many went.
+
+    A turn gives a client a run of messages: as many as its window has room for, at most an
+    equal share of the batch among the clients ready at the start, and at most ``TURN``.
+    """
     ready = channel._ready
     count = len(msgs)
+    share = min(-(-count // len(ready)) if ready else 1, TURN)
     i = 0
     while i < count and ready and not channel.paused:
         client = ready[0]
-        if client.rdy <= len(client.in_flight) or not client.writable:
+        in_flight = client.in_flight
+        room = client.rdy - len(in_flight)
+        if room <= 0 or not client.writable:
             ready.popleft()
             client.in_ready = False
             continue
-        item = msgs[i]
         if client.sample_rate:
-            channel._send(client, materialize(item), now)
-        else:  # _send inlined: this runs once per published message
+            channel._send(client, materialize(msgs[i]), now)
+            i += 1
+            ready.rotate(-1)
+            continue
+        take = min(room, share, count - i)
+        timeout = client.msg_timeout
+        deadline = now + timeout
+        run: list[Message] = []
+        for item in msgs[i : i + take]:  # _send inlined: this runs once per published message
             if isinstance(item, tuple):
-                msg = delivered(item, now, client.msg_timeout)
+                msg = delivered(item, now, timeout)
             else:
                 msg = item
                 msg.attempts += 1
                 msg.delivery_ts = now
-                msg.deadline = now + client.msg_timeout
-            client.in_flight[msg.id] = msg
-            client.message_count += 1
-            channel.in_flight_count += 1
-            client.write_message(msg)
-        i += 1
+                msg.deadline = deadline
+            in_flight[msg.id] = msg
+            run.append(msg)
+        client.message_count += take
+        channel.in_flight_count += take
+        client.write_messages(run)
+        i += take
         ready.rotate(-1)
     return i
 

@@ -84,7 +84,8 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         )
         self.reader = CommandReader(opts.max_msg_size, opts.max_body_size, self._line_check)
         # Delivered messages are framed into _out by the sink (compiled, or its Python twin).
-        self.state = ClientState(nsqd.next_client_id(), MessageSink(self, _FLUSH_AT).write)
+        sink = MessageSink(self, _FLUSH_AT)
+        self.state = ClientState(nsqd.next_client_id(), sink.write, sink.write_many)
         self.state.msg_timeout = self.settings.msg_timeout / 1000
         self.transport: asyncio.Transport | None = None
         self.remote_address = ""
