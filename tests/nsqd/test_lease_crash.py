@@ -1,4 +1,5 @@
-"""Durable leases across kill -9: real nsqd processes, SIGKILLed and restarted on their data.
+"""Durable leases across kill -9: real nsqd processes, SIGKILLed and restarted on their data
+(and, in process, a journal that cannot write).
 
 ``--durable`` keeps a sealed lease: after the restart the same name gives the same messages
 (ids, bodies, timestamps, attempts at the seal), ordinary consumers never get them, a lease
@@ -18,11 +19,15 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import POLL_INTERVAL
+from conftest import POLL_INTERVAL, NsqdFactory
 from nsqd_process import NsqdProcess
 from test_crash import create_channel, find, stats
-from test_lease_tcp import read_lease
+from test_dead_letter_api import http
+from test_lease_api import setup
+from test_lease_tcp import leasing, read_lease
 from v2client import RawV2
+
+from nsqpy.nsqd.storage.diskqueue import DiskQueueError
 
 N = 20  # published
 K = 6  # leased
@@ -171,3 +176,33 @@ async def test_a_lease_whose_ttl_ends_after_the_restart_is_requeued_as_timed_out
     attempts = dict(got)
     assert [attempts[b] for b in BODIES] == [2] * K + [1] * (N - K), "the lease was a delivery"
     await until(daemon, lambda c: c["depth"] == 0 and c["in_flight_count"] == 0)
+
+
+async def test_a_lease_the_journal_could_not_record_is_not_answered_as_durable(
+    nsqd_factory: NsqdFactory,
+) -> None:
+    nsqd = await nsqd_factory(durable=True)
+    assert nsqd.leases is not None
+    journal = nsqd.leases.queue
+
+    def failing(records: list[bytes], take: int) -> range:
+        raise DiskQueueError("no space left on device")
+
+    async with aiohttp.ClientSession() as session:
+        api = http(session, nsqd)
+        await setup(api, b"a", b"b")
+        journal.put_taking = failing  # type: ignore[method-assign]
+        reply = await api.post("/channel/lease?topic=t&channel=c&lease=L&count=1")
+        assert (reply.status, reply.message) == (500, "INTERNAL_ERROR")
+        assert nsqd.health.startswith("NOK")
+        conn = await leasing(nsqd.tcp_port)
+        conn.cmd("LEASE t c M 1 0 0")
+        assert await conn.error() == b"E_LEASE_FAILED LEASE failed to sync"
+        conn.cmd("LEASE_FIN t c L")
+        assert await conn.error() == b"E_LEASE_FIN_FAILED LEASE_FIN failed to sync"
+        del journal.put_taking  # the disk is back: the next lease is recorded and answered
+        assert (await api.post("/pub?topic=t", b"c")).status == 200
+        conn.cmd("LEASE t c N 5 0 0")
+        messages, done = await read_lease(conn)
+        assert ([m.body for m in messages], done) == ([b"c"], b"LEASED N 1 1")
+        await conn.close()

@@ -74,11 +74,12 @@ class LeaseError(BrokerError):
 
 
 class LeaseLog(Protocol):
-    """Where a durable channel's book records its leases (the daemon's lease journal)."""
+    """Where a durable channel's book records its leases (the daemon's lease journal).
+    ``sealed`` and ``closed`` return False when the record could not be written."""
 
-    def sealed(self, book: LeaseBook, lease: Lease, now: float) -> None: ...
+    def sealed(self, book: LeaseBook, lease: Lease, now: float) -> bool: ...
 
-    def closed(self, book: LeaseBook, lease: Lease, now: float) -> None: ...
+    def closed(self, book: LeaseBook, lease: Lease, now: float) -> bool: ...
 
     def forgotten(self, book: LeaseBook, lease: Lease) -> None: ...
 
@@ -98,6 +99,7 @@ class Lease:
         "max_bytes",
         "messages",
         "name",
+        "recorded",
         "size",
         "state",
         "ttl",
@@ -124,6 +126,9 @@ class Lease:
         self.waiters: list[Callable[[Lease], None]] = []
         #: Restored messages whose disk record has not been read back (see lease_claims).
         self.unclaimed = 0
+        #: False when --durable's journal failed to write the lease's last seal or close: an
+        #: answer must not promise that it survives a crash.
+        self.recorded = True
 
     @classmethod
     def restored(
@@ -260,7 +265,7 @@ class LeaseBook:
         lease.state = SEALED
         lease.deadline = now + lease.ttl
         if self.journal is not None:
-            self.journal.sealed(self, lease, now)  # the daemon answers once it is durable
+            lease.recorded = self.journal.sealed(self, lease, now)  # answered once durable
         waiters, lease.waiters = lease.waiters, []
         for waiter in waiters:
             waiter(lease)
@@ -285,7 +290,7 @@ class LeaseBook:
         lease.closed_until = now + lease.ttl
         self.closed[lease.name] = lease
         if self.journal is not None:
-            self.journal.closed(self, lease, now)
+            lease.recorded = self.journal.closed(self, lease, now)
 
     def _forget(self, lease: Lease) -> None:
         """A closed lease is no longer remembered: its name is free again."""

@@ -102,13 +102,13 @@ class LeaseRoutes:
             raise _api_error(err) from None
         if not lease.sealed:
             await self._sealed(book, lease)
-        await self._durable()
+        await self._durable(lease)
         return _lease_doc(lease, reserve=reserve)
 
-    async def _durable(self) -> None:
+    async def _durable(self, lease: Lease) -> None:
         """--durable: answer once the lease journal's record of the seal, FIN or REQ is on
         stable storage (the group commit after it); at once otherwise."""
-        if not await self.nsqd.committed():
+        if not await self.nsqd.committed() or not lease.recorded:
             raise ApiError(500, "INTERNAL_ERROR")
 
     async def _sealed(self, book: LeaseBook, lease: Lease) -> None:
@@ -132,20 +132,20 @@ class LeaseRoutes:
     async def finish(self, request: web.Request, params: Params) -> object:
         channel, _, name = self._target(request)
         try:
-            _book(channel).finish(name, self._now())
+            lease = _book(channel).finish(name, self._now())
         except LeaseError as err:
             raise _api_error(err) from None
-        await self._durable()
+        await self._durable(lease)
         return None
 
     async def requeue(self, request: web.Request, params: Params) -> object:
         channel, query, name = self._target(request)
         delay = _seconds(query, "delay", "INVALID_DELAY", self.nsqd.opts.max_req_timeout, 0)
         try:
-            _book(channel).requeue(name, delay, self._now())
+            lease = _book(channel).requeue(name, delay, self._now())
         except LeaseError as err:
             raise _api_error(err) from None
-        await self._durable()
+        await self._durable(lease)
         return None
 
 

@@ -173,7 +173,7 @@ def _lease(
         raise _failed(cmd, name, code) from None
     answer = partial(_reserved, book, conn.loop) if reserve else _answer
     if lease.sealed:
-        _reply(conn, cmd, topic, answer(lease))
+        _reply(conn, cmd, topic, answer(lease), lease)
     else:
         _when_sealed(conn, book, lease, cmd, answer)
 
@@ -208,7 +208,7 @@ def _when_sealed(
         timer.cancel()
         frame = answer(lease)  # also when the client is gone: a reserve lets an empty lease go
         if not conn.is_closing():
-            _reply(conn, cmd, book.channel.topic_name, frame)
+            _reply(conn, cmd, book.channel.topic_name, frame, lease)
 
     def due() -> None:
         book.seal(lease, loop.time())
@@ -247,10 +247,10 @@ def _lease_fin(conn: LeaseConnection, params: list[bytes], body: bytes | None, n
         return
     book, name, _ = target
     try:
-        book.finish(name, now)
+        lease = book.finish(name, now)
     except LeaseError as err:
         raise _failed("LEASE_FIN", name, err.code) from None
-    _reply(conn, "LEASE_FIN", book.channel.topic_name, _OK)
+    _reply(conn, "LEASE_FIN", book.channel.topic_name, _OK, lease)
 
 
 def _lease_req(conn: LeaseConnection, params: list[bytes], body: bytes | None, now: float) -> None:
@@ -259,19 +259,22 @@ def _lease_req(conn: LeaseConnection, params: list[bytes], body: bytes | None, n
         return
     book, name, delay_ms = target
     try:
-        book.requeue(name, delay_ms / 1000, now)
+        lease = book.requeue(name, delay_ms / 1000, now)
     except LeaseError as err:
         raise _failed("LEASE_REQ", name, err.code) from None
-    _reply(conn, "LEASE_REQ", book.channel.topic_name, _OK)
+    _reply(conn, "LEASE_REQ", book.channel.topic_name, _OK, lease)
 
 
-def _reply(conn: LeaseConnection, cmd: str, topic: str, frame: bytes) -> None:
+def _reply(conn: LeaseConnection, cmd: str, topic: str, frame: bytes, lease: Lease) -> None:
     """--durable: answer once the lease journal's record is on stable storage (the group
-    commit after it), in its place among the connection's replies; at once otherwise."""
-    if conn.nsqd.store.durable:
-        conn._reply_after_commit(cmd, topic, frame)
-    else:
+    commit after it), in its place among the connection's replies; at once otherwise. A
+    record the journal could not write is answered as a failed sync (not fatal)."""
+    if not conn.nsqd.store.durable:
         conn._send_frame(frame)
+        return
+    if not lease.recorded:
+        frame = encode_error(f"E_{cmd}_FAILED {cmd} failed to sync".encode())
+    conn._reply_after_commit(cmd, topic, frame)
 
 
 _COMMANDS: Final[

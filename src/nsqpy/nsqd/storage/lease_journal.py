@@ -82,7 +82,7 @@ class LeaseJournal:
         self._tokens: dict[Key, list[int]] = {}
 
     # -- LeaseLog ----------------------------------------------------------------------------
-    def sealed(self, book: LeaseBook, lease: Lease, now: float) -> None:
+    def sealed(self, book: LeaseBook, lease: Lease, now: float) -> bool:
         key = (_channel_key(book.channel), lease.name)
         seal = Seal(
             key[0],
@@ -96,14 +96,17 @@ class LeaseJournal:
         batch = [lease_records.encode_seal(seal)]
         batch.extend(_message_record(m) for m in lease.messages)
         self._release(self._tokens.pop(key, []))  # a name the book forgot: nothing left of it
-        self._tokens[key] = self._append(batch)
+        self._tokens[key] = tokens = self._append(batch)
+        return bool(tokens)
 
-    def closed(self, book: LeaseBook, lease: Lease, now: float) -> None:
+    def closed(self, book: LeaseBook, lease: Lease, now: float) -> bool:
         key = (_channel_key(book.channel), lease.name)
         close = Close(
             key[0], lease.name, lease.state, self._wall(lease.closed_until, now), _ns(lease.ttl)
         )
-        self._tokens.setdefault(key, []).extend(self._append([lease_records.encode_close(close)]))
+        tokens = self._append([lease_records.encode_close(close)])
+        self._tokens.setdefault(key, []).extend(tokens)
+        return bool(tokens)
 
     def forgotten(self, book: LeaseBook, lease: Lease) -> None:
         self._release(self._tokens.pop((_channel_key(book.channel), lease.name), []))
