@@ -9,7 +9,7 @@ import pytest
 
 from nsqpy.nsqd.core.backend import Backend, DiskHooks
 from nsqpy.nsqd.core.broker import Broker, BrokerConfig
-from nsqpy.nsqd.core.channel import Channel
+from nsqpy.nsqd.core.channel import TURN, Channel
 from nsqpy.nsqd.core.client import STATE_CLOSING, ClientState
 from nsqpy.nsqd.core.errors import InFlightError, QueueFull, TooManyConsumers
 from nsqpy.nsqd.core.message import Message
@@ -326,28 +326,49 @@ def test_backlog_keeps_flowing_after_a_full_transport_listed_the_client() -> Non
     filled its window that listing is stale, and answers must still pour the backlog."""
     ch = make_channel(mem=1000)
     sink = subscribe(ch, 0)
-    for n in range(30):
+    window = TURN + 10
+    for n in range(window + 30):
         ch.put(msg(n), 0.0)
-    writes = 0
+    runs: list[int] = []
 
-    def deliver_until_full(m: Message) -> None:
-        nonlocal writes
-        sink._deliver(m)
-        writes += 1
-        if writes == 3:
+    def deliver_until_full(msgs: list[Message]) -> None:
+        for m in msgs:
+            sink._deliver(m)
+        runs.append(len(msgs))
+        if len(runs) == 1:
             sink.state.writable = False  # the transport's buffer crossed its high-water mark
 
-    sink.state.write_message = deliver_until_full
-    ch.set_rdy(sink.state, 10, 0.0)
-    assert len(sink.got) == 3 and sink.state.in_ready
+    sink.state.write_messages = deliver_until_full
+    ch.set_rdy(sink.state, window, 0.0)
+    # the first run (TURN messages) filled the transport: no more until it drains
+    assert runs == [TURN] and sink.state.in_ready
     sink.state.writable = True  # resume_writing
     ch.client_ready(sink.state, 0.0)
-    assert len(sink.got) == 10  # window full, listing now stale
-    for m in list(sink.got):
+    assert len(sink.got) == window  # window full, listing now stale
+    for m in list(sink.got[:10]):
         ch.finish(sink.state, m.id, 0.0)
-    assert len(sink.got) == 20
-    ch.finish_many(sink.state, [m.id for m in sink.got[10:]], 0.0)
-    assert len(sink.got) == 30 and ch.depth == 0
+    assert len(sink.got) == window + 10
+    ch.finish_many(sink.state, [m.id for m in sink.got[10:30]], 0.0)
+    assert len(sink.got) == window + 30 and ch.depth == 0
+
+
+def test_a_backlog_goes_out_in_runs_of_at_most_turn() -> None:
+    ch = make_channel(mem=1000)
+    sink = subscribe(ch, 0)
+    for n in range(600):
+        ch.put(msg(n), 0.0)
+    runs: list[int] = []
+
+    def record(msgs: list[Message]) -> None:
+        runs.append(len(msgs))
+        for m in msgs:
+            sink._deliver(m)
+
+    sink.state.write_messages = record
+    ch.set_rdy(sink.state, 550, 0.0)
+    assert runs == [TURN, TURN, 550 - 2 * TURN]
+    assert [m.id for m in sink.got] == [msg(n).id for n in range(550)]  # in order
+    assert ch.depth == 50 and ch.in_flight_count == 550
 
 
 # -- a disk backlog, read back in batches ----------------------------------------------------

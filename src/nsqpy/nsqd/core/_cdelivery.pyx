@@ -191,51 +191,65 @@ def deliver(channel, list msgs, double now):
 
 
 def fill(channel, client, double now):
-    """``Channel._fill``: deliver queued messages while the client's window is open."""
+    """``Channel._fill`` (``py_fill``): deliver queued messages in runs while the client's
+    window is open."""
     queue = channel.queue
     cdef dict in_flight = client.in_flight
     cdef double timeout = client.msg_timeout
-    write = client.write_message
     backend = channel.backend
     popleft = queue.popleft
     cdef object now_obj = now
     cdef object deadline = now + timeout
-    cdef Py_ssize_t fresh = 0
-    try:
-        while client.rdy > len(in_flight) and client.writable:
-            if queue:
-                item = popleft()
-                if PyTuple_Check(item) and not client.sample_rate:
-                    msg = _delivered(<tuple>item, now_obj, deadline)
-                    in_flight[msg.id] = msg
-                    fresh += 1
-                    write(msg)
-                    continue
-                msg = materialize(item)
-            elif backend is not None and backend.depth:
-                msg = channel._pop_queued(now, client.rdy - len(in_flight))
-                if msg is None:
-                    break
-            else:
+    cdef Py_ssize_t room, take, k
+    cdef list run
+    while client.writable:
+        room = client.rdy - len(in_flight)
+        if room <= 0:
+            break
+        if not queue:
+            if backend is None or not backend.depth:
                 break
-            if fresh:
-                client.message_count += fresh
-                channel.in_flight_count += fresh
-                fresh = 0
-            if client.sample_rate:
-                channel._send(client, msg, now)
-                continue
-            msg.attempts += 1
-            msg.delivery_ts = now
-            msg.deadline = now + timeout
+            msg = channel._pop_queued(now, room)
+            if msg is None:
+                break
+            _send_one(channel, client, msg, now)
+            continue
+        if client.sample_rate:
+            _send_one(channel, client, materialize(popleft()), now)
+            continue
+        take = len(queue)
+        if take > room:
+            take = room
+        if take > TURN:
+            take = TURN
+        run = []
+        for k in range(take):
+            item = popleft()
+            if PyTuple_Check(item):
+                msg = _delivered(<tuple>item, now_obj, deadline)
+            else:
+                msg = item
+                msg.attempts += 1
+                msg.delivery_ts = now
+                msg.deadline = deadline
             in_flight[msg.id] = msg
-            client.message_count += 1
-            channel.in_flight_count += 1
-            write(msg)
-    finally:
-        if fresh:
-            client.message_count += fresh
-            channel.in_flight_count += fresh
+            run.append(msg)
+        client.message_count += take
+        channel.in_flight_count += take
+        client.write_messages(run)
+
+
+cdef _send_one(channel, client, msg, double now):
+    if client.sample_rate:
+        channel._send(client, msg, now)
+        return
+    msg.attempts += 1
+    msg.delivery_ts = now
+    msg.deadline = now + <double>client.msg_timeout
+    client.in_flight[msg.id] = msg
+    client.message_count += 1
+    channel.in_flight_count += 1
+    client.write_message(msg)
 
 
 def finish_many(channel, client, list ids, double now):

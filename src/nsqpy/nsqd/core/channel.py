@@ -803,41 +803,61 @@ def py_deliver(channel: Channel, msgs: list[Queued], now: float) -> int:
 
 
 def py_fill(channel: Channel, client: ClientState, now: float) -> None:
-    """``_fill``'s loop: deliver queued messages while the client's window is open."""
+    """``_fill``'s loop: deliver queued messages while the client's window is open.
+
+    What the memory queue holds goes out in runs (at most ``TURN``, one ``write_messages``
+    each); the window and ``writable`` are checked between runs, so a client whose transport
+    fills up mid-run takes at most the rest of that run. A message from disk, or one for a
+    sampling client, goes alone.
+    """
     queue = channel.queue
     in_flight = client.in_flight
     timeout = client.msg_timeout
-    write = client.write_message
     backend = channel.backend
-    # write may fill the transport and clear client.writable mid-way.
-    while client.rdy > len(in_flight) and client.writable:
-        if queue:
-            item = queue.popleft()
-            if isinstance(item, tuple) and not client.sample_rate:
-                msg = delivered(item, now, timeout)  # the common case, in one step
-                in_flight[msg.id] = msg
-                client.message_count += 1
-                channel.in_flight_count += 1
-                write(msg)
-                continue
-            msg = materialize(item)
-        elif backend is not None and backend.depth:
-            next_msg = channel._pop_queued(now, client.rdy - len(in_flight))
+    while client.writable:
+        room = client.rdy - len(in_flight)
+        if room <= 0:
+            break
+        if not queue:
+            if backend is None or not backend.depth:
+                break
+            next_msg = channel._pop_queued(now, room)  # reads a batch into the queue
             if next_msg is None:
                 break
-            msg = next_msg
-        else:
-            break
-        if client.sample_rate:
-            channel._send(client, msg, now)
+            _send_one(channel, client, next_msg, now)
             continue
-        msg.attempts += 1  # _send inlined: once per delivered message
-        msg.delivery_ts = now
-        msg.deadline = now + timeout
-        in_flight[msg.id] = msg
-        client.message_count += 1
-        channel.in_flight_count += 1
-        write(msg)
+        if client.sample_rate:
+            _send_one(channel, client, materialize(queue.popleft()), now)
+            continue
+        run: list[Message] = []
+        for _ in range(min(room, len(queue), TURN)):
+            item = queue.popleft()
+            if isinstance(item, tuple):
+                msg = delivered(item, now, timeout)  # the common case, in one step
+            else:
+                msg = item
+                msg.attempts += 1
+                msg.delivery_ts = now
+                msg.deadline = now + timeout
+            in_flight[msg.id] = msg
+            run.append(msg)
+        client.message_count += len(run)
+        channel.in_flight_count += len(run)
+        client.write_messages(run)
+
+
+def _send_one(channel: Channel, client: ClientState, msg: Message, now: float) -> None:
+    """``_send`` (sampling included) for a single message of ``py_fill``."""
+    if client.sample_rate:
+        channel._send(client, msg, now)
+        return
+    msg.attempts += 1
+    msg.delivery_ts = now
+    msg.deadline = now + client.msg_timeout
+    client.in_flight[msg.id] = msg
+    client.message_count += 1
+    channel.in_flight_count += 1
+    client.write_message(msg)
 
 
 def py_finish_many(
