@@ -148,3 +148,23 @@ def test_offsets_round_trip_and_reject_garbage() -> None:
     for bad in ({"seq": 1}, {"v": 2, "seq": 1}, {"v": 1, "seq": -1}, {"v": 1, "seq": "1"}, 7):
         with pytest.raises(ValueError, match="offset"):
             Offset.parse(bad)
+
+
+def test_mode_and_lease_ttl() -> None:
+    opts = read()
+    assert (opts.mode, opts.lease_ttl) == ("auto", 600.0)
+    assert read(MODE="Lease", leaseTTL="90s").mode == "lease"
+    assert read(leasettl="15m").lease_ttl == 900.0
+    assert read(mode="driver", minRecordsPerBatch=5).min_records_per_batch == 5
+    assert read(mode="auto", minRecordsPerBatch=5).mode == "auto"  # it then reads driver-side
+    for extra, message in [
+        ({"mode": "kafka"}, "option 'mode' must be one of auto, lease, driver, got 'kafka'"),
+        ({"leaseTTL": "16m"}, "option 'leaseTTL' must be between 1s and 15m"),
+        ({"leaseTTL": "500ms"}, "option 'leaseTTL' must be between 1s and 15m"),
+        ({"leaseTTL": "soon"}, "option 'leaseTTL': invalid duration 'soon'"),
+        ({"mode": "lease", "minRecordsPerBatch": "10"},
+         "option 'minRecordsPerBatch' needs mode 'driver'"),
+    ]:  # fmt: skip
+        with pytest.raises(ValueError) as info:
+            read(**extra)
+        assert str(info.value).startswith("nsq source: ") and message in str(info.value)

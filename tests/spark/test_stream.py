@@ -47,15 +47,17 @@ def settled(nsqd: Nsqd, topic: str, total: int, channel: str = "spark") -> bool:
     )
 
 
+@pytest.mark.parametrize("mode", ["lease", "driver"])
 def test_available_now_drains_into_parquet_and_fins_the_last_batch(
-    spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path
+    spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path, mode: str
 ) -> None:
     nsqd = nsqd_proc("--max-rdy-count=10000")
     bodies = numbered(3000)
     publish(nsqd.tcp_address, "an", bodies)
     began = time.time()
     query = to_parquet(
-        stream(spark, read_options(nsqd, "an", maxInFlight=5000, maxRecordsPerBatch=700)),
+        stream(spark, read_options(nsqd, "an", mode=mode, maxInFlight=5000,
+                                   maxRecordsPerBatch=700)),
         tmp_path, availableNow=True,
     )
     assert query.awaitTermination(120), "AvailableNow did not finish"
@@ -69,11 +71,13 @@ def test_available_now_drains_into_parquet_and_fins_the_last_batch(
     }
     assert all(len(r.id) == 16 for r in rows)
     assert all(began - 60 < r.timestamp.timestamp() < time.time() + 1 for r in rows)
-    # the last data batch was FINished by the tick batch, not returned on stop or timed out
+    # the last data batch was FINished (lease: by the last trigger; driver: by the tick
+    # batch), not returned on stop or timed out
     wait_until(lambda: settled(nsqd, "an", 3000), 20, "every message FINished")
     stats = nsqd.channel("an", "spark")
     assert (stats["requeue_count"], stats["timeout_count"]) == (0, 0)
-    assert len(query.recentProgress) >= 5  # 3000 / 700 -> 5 data batches, then the tick
+    rows_per_batch = [p.numInputRows for p in query.recentProgress if p.numInputRows]
+    assert len(rows_per_batch) == 5 and max(rows_per_batch) <= 700  # maxRecordsPerBatch
 
 
 def test_processing_time_trigger_takes_messages_as_they_come(
@@ -105,7 +109,8 @@ def test_source_holds_more_than_nsqds_default_rdy_and_requeues_on_stop(
     nsqd = nsqd_proc("--max-rdy-count=20000")
     publish(nsqd.tcp_address, "rdy", numbered(8000))
     query = to_parquet(
-        stream(spark, read_options(nsqd, "rdy", maxInFlight=8000, maxRecordsPerBatch=500)),
+        stream(spark, read_options(nsqd, "rdy", mode="driver", maxInFlight=8000,
+                                   maxRecordsPerBatch=500)),
         tmp_path, processingTime="10 minutes",
     )
     try:

@@ -117,12 +117,15 @@ def test_stop_when_idle_stops_once_every_row_is_written_and_finished(
 def test_stop_when_idle_gives_up_when_forced_and_loses_nothing(
     spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path
 ) -> None:
-    """A query that keeps getting messages never catches up: ``force`` stops it anyway."""
+    """A query that keeps getting messages never catches up: ``force`` stops it anyway.
+
+    Driver-side: what it holds goes back at once. (Through leases, the last batch's leases
+    wait for the next run until their TTL: test_lease_crash.py.)"""
     nsqd = nsqd_proc("--max-rdy-count=10000")
     nsqd.create_channel("busy", "spark")
     query = (
         spark.readStream.format("nsq")
-        .options(**read_options(nsqd, "busy", maxInFlight=3000))
+        .options(**read_options(nsqd, "busy", mode="driver", maxInFlight=3000))
         .load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))

@@ -70,6 +70,7 @@ class ServerSettings:
 
     max_rdy_count: int = 2500
     msg_timeout: float = 60.0
+    max_msg_timeout: float = 900.0
     tls_v1: bool = False
     deflate: bool = False
     snappy: bool = False
@@ -89,6 +90,7 @@ class ServerSettings:
         return cls(
             max_rdy_count=int(raw.get("max_rdy_count", 2500)),
             msg_timeout=int(raw.get("msg_timeout", 60000)) / 1000,
+            max_msg_timeout=int(raw.get("max_msg_timeout", 900000)) / 1000,
             tls_v1=bool(raw.get("tls_v1")),
             deflate=bool(raw.get("deflate")),
             snappy=bool(raw.get("snappy")),

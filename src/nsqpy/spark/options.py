@@ -38,6 +38,11 @@ DEFAULT_MPUB_MAX_BYTES: Final = 4 * 1024 * 1024
 DEFAULT_MAX_BYTES_PER_BATCH: Final = 64 * 1024 * 1024
 #: Arrow binary columns use int32 offsets: one batch must stay far below 2 GiB.
 MAX_BYTES_PER_BATCH: Final = 1024 * 1024 * 1024
+#: How a stream reads (docs/spark.md, "Two ways to read"): leases when every nsqd has them
+#: (``auto``), always (``lease``), or through the driver (``driver``).
+MODES: Final = ("auto", "lease", "driver")
+#: How long a micro-batch's leases wait for their commit before nsqd requeues them.
+DEFAULT_LEASE_TTL: Final = 10 * MINUTE / SECOND
 
 #: go-nsq options the source sets itself: passing them through would break its accounting.
 _OWNED_BY_SOURCE: Final = {
@@ -53,7 +58,7 @@ READ_NAMES: Final = (
     "nsqd", "lookupd", "topic", "channel", "maxInFlight", "maxRecordsPerBatch",
     "maxBytesPerBatch", "minRecordsPerBatch", "maxTriggerDelay", "msgTimeout",
     "numPartitions", "pollTimeout", "commitTick", "requeueOnStop", "maxRecords",
-    "idleTimeout",
+    "idleTimeout", "mode", "leaseTTL",
 )  # fmt: skip
 WRITE_NAMES: Final = ("nsqd", "topic", "mpubBatch", "mpubMaxBytes")
 READ_KEYS: Final = frozenset(k.lower() for k in READ_NAMES)
@@ -83,6 +88,8 @@ class ReadOptions:
     requeue_on_stop: bool = True
     max_records: int = 100_000
     idle_timeout: float = 1.0
+    mode: str = "auto"
+    lease_ttl: float = DEFAULT_LEASE_TTL
     client_options: tuple[tuple[str, str], ...] = ()
 
     def client_config(self) -> Config:
@@ -162,6 +169,18 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             f"(nsqd's --max-msg-timeout), got {opts.get('msgTimeout')!r}"
         )
     client_options = _client_options(opts, reading=True)
+    mode, lease_ttl = _mode(opts), _duration(opts, "leaseTTL", DEFAULT_LEASE_TTL)
+    if not MIN_MSG_TIMEOUT <= lease_ttl <= MAX_MSG_TIMEOUT:
+        raise ValueError(
+            f"{SOURCE}: option 'leaseTTL' must be between 1s and 15m "
+            f"(nsqd's --max-msg-timeout), got {opts.get('leaseTTL')!r}"
+        )
+    min_records = _int(opts, "minRecordsPerBatch", 0, 0)
+    if mode == "lease" and min_records:
+        raise ValueError(
+            f"{SOURCE}: option 'minRecordsPerBatch' needs mode 'driver' (or 'auto', which then "
+            "reads driver-side): a lease cannot be held back once taken"
+        )
     return ReadOptions(
         topic=_name(opts, "topic"),
         channel=_name(opts, "channel"),
@@ -174,7 +193,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             opts, "maxRecordsPerBatch", max(1, max_in_flight // 3), 1
         ),
         max_bytes_per_batch=max_bytes,
-        min_records_per_batch=_int(opts, "minRecordsPerBatch", 0, 0),
+        min_records_per_batch=min_records,
         max_trigger_delay=_duration(opts, "maxTriggerDelay", _READ_DEFAULTS.max_trigger_delay),
         msg_timeout=msg_timeout,
         num_partitions=_int(opts, "numPartitions", _READ_DEFAULTS.num_partitions, 1),
@@ -183,6 +202,8 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         requeue_on_stop=_bool(opts, "requeueOnStop", True),
         max_records=_int(opts, "maxRecords", _READ_DEFAULTS.max_records, 1),
         idle_timeout=_duration(opts, "idleTimeout", _READ_DEFAULTS.idle_timeout),
+        mode=mode,
+        lease_ttl=lease_ttl,
         client_options=client_options,
     )
 
@@ -299,6 +320,14 @@ def _duration(opts: _Lookup, name: str, default: float) -> float:
     if not math.isfinite(seconds):
         raise ValueError(f"{opts.who}: option {name!r}: duration out of range: {text!r}")
     return seconds
+
+
+def _mode(opts: _Lookup) -> str:
+    text = (opts.get("mode") or "auto").lower()
+    if text not in MODES:
+        raise ValueError(f"{opts.who}: option 'mode' must be one of {', '.join(MODES)}, got "
+                         f"{opts.get('mode')!r}")  # fmt: skip
+    return text
 
 
 def _bool(opts: _Lookup, name: str, default: bool) -> bool:

@@ -17,25 +17,16 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from dataclasses import dataclass
 
 from nsqpy.client.message import Message
 from nsqpy.spark import payload
 from nsqpy.spark.ingest import Ingest
+from nsqpy.spark.limits import Limits
 from nsqpy.spark.offsets import Offset
 from nsqpy.spark.options import ReadOptions
 from nsqpy.spark.shutdown import install_sigterm
 
 log = logging.getLogger("nsqpy.spark")
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """How much one micro-batch may take (from Spark's ReadLimit and the options)."""
-
-    max_count: int
-    max_bytes: int
-    min_count: int = 0
 
 
 class StreamCore:
