@@ -7,6 +7,7 @@ as processes they also survive a SIGKILL of a Spark driver's process group.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -34,9 +35,9 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 class Daemon:
     """One daemon process; stderr is read continuously (a full pipe would block it)."""
 
-    def __init__(self, module: str, *flags: str) -> None:
+    def __init__(self, module: str, *flags: str, command: list[str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, "--tcp-address=127.0.0.1:0",
+            [*(command or [sys.executable, "-m", module]), "--tcp-address=127.0.0.1:0",
              "--http-address=127.0.0.1:0", *flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
@@ -83,9 +84,9 @@ class Daemon:
 
 
 class Nsqd(Daemon):
-    def __init__(self, data_path: Path, *flags: str) -> None:
+    def __init__(self, data_path: Path, *flags: str, command: list[str] | None = None) -> None:
         data_path.mkdir(parents=True, exist_ok=True)
-        super().__init__("nsqpy.nsqd", f"--data-path={data_path}", *flags)
+        super().__init__("nsqpy.nsqd", f"--data-path={data_path}", *flags, command=command)
 
     def channel(self, topic: str, channel: str) -> dict[str, Any]:
         """The channel's /stats entry (depth, in_flight_count, ...); {} when it does not exist."""
@@ -115,3 +116,15 @@ class Nsqd(Daemon):
 class Lookupd(Daemon):
     def __init__(self) -> None:
         super().__init__("nsqpy.nsqlookupd")
+
+
+#: Go nsqd v1.3.0 (no leases), built by /work/shared/tools/build-go-nsq.sh; NSQPY_GO_NSQD
+#: names another binary.
+GO_NSQD = Path(os.environ.get("NSQPY_GO_NSQD", "/tmp/anch/nsq/bin/nsqd"))
+
+
+class GoNsqd(Nsqd):
+    """Go's nsqd: the same flags and log lines; its channel stats have the same fields."""
+
+    def __init__(self, data_path: Path, *flags: str) -> None:
+        super().__init__(data_path, *flags, command=[str(GO_NSQD)])

@@ -1,4 +1,6 @@
-"""SIGKILL of the whole driver (JVM, source runner, workers) mid-stream, then a restart."""
+"""SIGKILL of the whole driver (JVM, source runner, workers) mid-stream, then a restart.
+
+Driver-side reading: at-least-once. (Through leases, exactly-once: test_lease_crash.py.)"""
 
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def test_driver_killed_mid_stream_loses_nothing(
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     with open(tmp_path / "driver.log", "wb") as log:
         driver = subprocess.Popen(
-            [sys.executable, str(DRIVER), nsqd.tcp_address, "crash", str(out), str(checkpoint)],
+            [sys.executable, str(DRIVER), nsqd.tcp_address, "crash", str(out), str(checkpoint),
+             "--mode", "driver"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
@@ -64,7 +67,8 @@ def test_driver_killed_mid_stream_loses_nothing(
 
     restarted = (
         spark.readStream.format("nsq")
-        .options(nsqd=nsqd.tcp_address, topic="crash", channel="spark", msgTimeout="3s")
+        .options(nsqd=nsqd.tcp_address, topic="crash", channel="spark", msgTimeout="3s",
+                 mode="driver")
         .load()
         .writeStream.format("parquet")
         .option("path", str(out)).option("checkpointLocation", str(checkpoint))

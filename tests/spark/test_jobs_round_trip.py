@@ -129,13 +129,16 @@ def archived_rows(lines: list[str]) -> int:
     return sum(int(line.split()[2]) for line in lines if line.startswith("batch "))
 
 
+@pytest.mark.parametrize("mode", ["lease", "driver"])
 def test_a_stop_request_waits_until_the_last_batch_is_finished(
-    spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path
+    spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path, mode: str
 ) -> None:
     nsqd = nsqd_proc("--max-rdy-count=10000")
     # The next trigger, which FINs the last batch, comes up to 6 s after it: a stop that did not
-    # wait for it would leave that batch in flight (and the source would requeue it).
-    cfg = archive_config(nsqd, tmp_path, "rt_live", trigger_seconds=6.0, stop_timeout=60.0)
+    # wait for it would leave that batch in flight (and the source would requeue it, or its
+    # leases would wait for the next run).
+    cfg = archive_config(nsqd, tmp_path, "rt_live", trigger_seconds=6.0, stop_timeout=60.0,
+                         source_options={"mode": mode})  # fmt: skip
     stop = StopRequest()
     lines: list[str] = []
     outcome: dict[str, object] = {}

@@ -13,6 +13,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -26,6 +27,11 @@ from nsqpy.spark.standalone import (
 
 from .conftest import NsqdFactory, numbered, publish
 from .daemons import wait_until
+from .test_crash import DRIVER
+from .test_lease_crash import assert_exactly_once, kill_group, python_workers
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 CLUSTER_CLI = [sys.executable, "-m", "nsqpy.cli.nsqpy_spark_cluster"]
 
@@ -163,6 +169,8 @@ def test_archive_runs_on_a_standalone_cluster(
     assert set(table.column("topic").to_pylist()) == {"on_cluster"}
     channel = nsqd.channel("on_cluster", "nsqpy_archive")
     assert (channel["depth"], channel["in_flight_count"]) == (0, 0)  # FINished: committed
+    source_offset = (checkpoint / "offsets" / "0").read_text().splitlines()[-1]
+    assert json.loads(source_offset)["v"] == 2  # read through leases
     # It ran on the cluster's executor, not in a local[*] driver...
     apps = cluster.state()["completedapps"]
     assert [(a["name"], a["state"], a["cores"]) for a in apps] == [("nsqpy-archive", "FINISHED", 2)]
@@ -178,6 +186,48 @@ def test_archive_runs_on_a_standalone_cluster(
         assert daemon.proc.poll() is not None, f"{daemon.name} still running"
         assert group_members(daemon.pid) == [], f"{daemon.name} left processes behind"
     assert processes_in(cluster.work_dir) == []
+
+
+@pyspark_needed
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_lease_stream_on_a_cluster_survives_a_killed_executor_worker_exactly_once(
+    cluster: StandaloneCluster, spark: SparkSession, nsqd_proc: NsqdFactory, tmp_path: Path
+) -> None:
+    """The executors of a real cluster fetch their leases from nsqd; a Python worker killed
+    mid-batch fails its task, and the retry reads the same leases again."""
+    nsqd = nsqd_proc("--max-rdy-count=10000")
+    bodies = numbered(3000, prefix="leased")
+    publish(nsqd.tcp_address, "on_cluster", bodies)
+    worker = cluster.workers[0].pid
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, str(DRIVER), nsqd.tcp_address, "on_cluster", str(tmp_path / "out"),
+             str(tmp_path / "checkpoint"), "--mode", "lease", "--master", cluster.master_url,
+             "--slow", "0.3", "--available-now"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        killed = 0
+        while "Lost task" not in log.read_text() and killed < 10:
+            wait_until(lambda: bool(python_workers(worker)) or driver.poll() is not None, 150,
+                       "an executor's Python worker")  # fmt: skip
+            assert driver.poll() is None, log.read_text()[-3000:]
+            os.kill(python_workers(worker)[0], signal.SIGKILL)
+            killed += 1
+            try:  # a worker idle between tasks dies unnoticed: kill another one then
+                wait_until(lambda: "Lost task" in log.read_text(), 3, "a lost task")
+            except AssertionError:
+                continue
+        assert "Python worker exited unexpectedly" in log.read_text()
+        assert driver.wait(150) == 0, log.read_text()[-3000:]
+    finally:
+        kill_group(driver)
+    assert_exactly_once(spark, tmp_path, nsqd, "on_cluster", bodies)
+    apps = cluster.state()["completedapps"]
+    assert [(a["name"], a["state"]) for a in apps] == [("nsqpy-crash-driver", "FINISHED")]
 
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
