@@ -54,6 +54,7 @@ class LeaseLinks:
         self._looked_up = -math.inf
         #: nsqds that answered IDENTIFY without leases
         self.unsupported: set[str] = set()
+        self._errors: dict[str, str] = {}  # why an nsqd could not be reached, last time
         #: fail (True: the query reads through leases) or only note an nsqd without leases
         self.strict = False
 
@@ -67,7 +68,7 @@ class LeaseLinks:
         if self.opts.nsqd and not self._conns and not self.unsupported:
             raise SourceUnavailableError(
                 f"nsq source: cannot connect to any nsqd of {list(self.opts.nsqd)} "
-                f"for topic {self.opts.topic!r}"
+                f"for topic {self.opts.topic!r}: {'; '.join(self._errors.values())}"
             )
 
     @property
@@ -136,6 +137,7 @@ class LeaseLinks:
             conn = await LeaseConnection.open(address, self._config)
         except (NSQError, OSError, ValueError) as exc:
             log.warning("nsq source: cannot connect to nsqd %s: %s", address, exc)
+            self._errors[address] = str(exc)
             return
         if not conn.leases_supported:
             conn.close()

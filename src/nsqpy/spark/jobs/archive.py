@@ -13,9 +13,10 @@ one file sink. One query rather than one per topic because:
 The price: the topic set belongs to the checkpoint. Archiving another topic means another
 checkpoint and another output directory (``check_output`` refuses to mix them).
 
-Messages are FINished only after the file sink and Spark's commit log hold the batch, so the
-archive is at-least-once: a crash between the two leaves duplicates, which replay and report
-remove by (nsqd, id).
+Messages are FINished only after the file sink and Spark's commit log hold the batch. Reading
+through leases (nsqpy's nsqd) that makes the archive exactly-once: a crash between the two is
+made good by the restart, within the leases' TTL. Driver-side (Go nsqd) it is at-least-once: a
+crash between the two leaves duplicates, which replay and report remove by (nsqd, id).
 """
 
 from __future__ import annotations

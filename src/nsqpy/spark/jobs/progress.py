@@ -51,9 +51,9 @@ def batch_line(progress: Progress) -> str:
 class BatchLog:
     """Emits one line per new batch with rows; keeps run totals.
 
-    Batches without rows are not printed: the source runs one after each data batch so that
-    the previous batch's messages are FINished (the commit tick), and idle queries report
-    their state every few seconds; neither says anything about the data.
+    Batches without rows are not printed: reading driver-side, the source runs one after each
+    data batch so that the previous batch's messages are FINished (the commit tick), and idle
+    queries report their state every few seconds; neither says anything about the data.
     """
 
     def __init__(self, emit: Emit, clock: Callable[[], float] = time.monotonic) -> None:
