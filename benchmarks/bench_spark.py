@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_spark [--messages 1500000] [--size 200] [--master local[2]]
         [--max-in-flight 300000] [--batch 100000] [--partitions 2] [--profile 10]
-        [--nsqd-cmd "/path/to/nsqd"]
+        [--mode lease|driver|both] [--rounds 1] [--nsqd-cmd "/path/to/nsqd"]
 
 Starts ``python -m nsqpy.nsqd`` (large --mem-queue-size and --max-rdy-count), preloads
 --messages bodies of --size bytes, then runs ``readStream.format("nsq")`` -> Parquet with
@@ -10,7 +10,11 @@ Starts ``python -m nsqpy.nsqd`` (large --mem-queue-size and --max-rdy-count), pr
 only after the batch holding it was committed by the sink, so FINished = durably in Parquet).
 
 Reported: the sustained rate between 10% and 90% FINished (JVM warm-up excluded), the rate over
-the whole run, and Spark's per-batch timings. ``--profile N`` samples the driver-side source runner
+the whole run, and Spark's per-batch timings. ``--mode`` picks the source's way to read (its
+``mode`` option: ``lease``, executors read nsqd leases; ``driver``, every message passes through
+the driver-side runner); ``both`` alternates them, ``--rounds`` times each, on a fresh nsqd
+and preload per run, so that a busy moment of the machine hits both alike. The machine's load
+average is recorded before and after each run. ``--profile N`` samples the driver-side source runner
 (the one Python process every message passes through) with py-spy for N seconds mid-run and prints
 its hottest functions. Target (issue 7, 2-core machine): >= 100k msg/s.
 """
@@ -77,12 +81,12 @@ def preload(tcp: str, http: str, count: int, size: int) -> float:
     return time.monotonic() - began
 
 
-def remaining(http: str) -> int:
+def remaining(http: str, channel: str = CHANNEL) -> int:
     with urllib.request.urlopen(f"http://{http}/stats?format=json&topic={TOPIC}", timeout=10) as r:
         stats = json.loads(r.read())
     for topic in stats["topics"]:
         for ch in topic["channels"]:
-            if ch["channel_name"] == CHANNEL:
+            if ch["channel_name"] == channel:
                 return int(ch["depth"] + ch["in_flight_count"] + ch["deferred_count"])
     raise RuntimeError("channel not found")
 
@@ -188,22 +192,58 @@ def main() -> int:
                     help="extra Spark configuration (repeatable)")
     ap.add_argument("--nsqd-cmd", default=f"{sys.executable} -m nsqpy.nsqd",
                     help="the nsqd to start (flags are appended)")
+    ap.add_argument("--mode", choices=("lease", "driver", "both"), default="both",
+                    help="the source's way to read; both: alternate them")
+    ap.add_argument("--rounds", type=int, default=1, help="runs per mode")
     args = ap.parse_args()
 
+    modes = ["lease", "driver"] if args.mode == "both" else [args.mode]
+    results = []
+    for _ in range(args.rounds):
+        for mode in modes:
+            results.append(run_once(args, mode))
+            print(json.dumps(results[-1], indent=2), flush=True)
+    if len(modes) == 2:
+        print(json.dumps(compare(results), indent=2))
+    return 0
+
+
+def run_once(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench_spark_"))
     broker, tcp, http = start_nsqd(args.nsqd_cmd, work / "nsqd")
     try:
         took = preload(tcp, http, args.messages, args.size)
-        print(f"preloaded {args.messages} x {args.size} B in {took:.1f}s", flush=True)
-        result = measure(args, tcp, http, work)
+        print(f"[{mode}] preloaded {args.messages} x {args.size} B in {took:.1f}s", flush=True)
+        load_before = os.getloadavg()[0]
+        result = measure(args, tcp, http, work, mode)
+        result["load_average_before_after"] = [round(load_before, 1),
+                                               round(os.getloadavg()[0], 1)]
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result, indent=2))
-    return 0
+    return result
 
 
-def measure(args: argparse.Namespace, tcp: str, http: str, work: Path) -> dict[str, Any]:
+def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians per mode and lease/driver ratios of the steady rate and of the runner's CPU."""
+    def median(mode: str, get: Any) -> float:
+        return float(statistics.median(get(r) for r in results if r["settings"]["mode"] == mode))
+
+    steady = {m: median(m, lambda r: r["steady_msg_per_s"]) for m in ("lease", "driver")}
+    whole = {m: median(m, lambda r: r["whole_run_msg_per_s"]) for m in ("lease", "driver")}
+    runner = {m: median(m, lambda r: r["cpu_us_per_msg_10_to_90pct"].get("source runner", 0))
+              for m in ("lease", "driver")}
+    return {
+        "median_steady_msg_per_s": steady,
+        "median_whole_run_msg_per_s": whole,
+        "steady_lease_over_driver": round(steady["lease"] / steady["driver"], 2),
+        "median_runner_cpu_us_per_msg": runner,
+    }
+
+
+def measure(
+    args: argparse.Namespace, tcp: str, http: str, work: Path, mode: str
+) -> dict[str, Any]:
     from nsqpy.spark import build_session
 
     conf = {
@@ -217,7 +257,8 @@ def measure(args: argparse.Namespace, tcp: str, http: str, work: Path) -> dict[s
     query = (
         spark.readStream.format("nsq")
         .options(nsqd=tcp, topic=TOPIC, channel=CHANNEL, maxInFlight=str(args.max_in_flight),
-                 maxRecordsPerBatch=str(args.batch), numPartitions=str(args.partitions))
+                 maxRecordsPerBatch=str(args.batch), numPartitions=str(args.partitions),
+                 mode=mode)
         .load()
         .writeStream.format(args.sink)
         .option("path", str(work / "out")).option("checkpointLocation", str(work / "ckpt"))
@@ -252,7 +293,7 @@ def measure(args: argparse.Namespace, tcp: str, http: str, work: Path) -> dict[s
         spark.stop()
     if failure is not None:
         raise SystemExit(f"the query failed: {failure}")
-    return summarize(args, samples, progress, hottest(raw), cpu)
+    return summarize(args, samples, progress, hottest(raw), cpu, mode)
 
 
 def _cpu_per_message(cpu: list[tuple[int, Counter[str]]]) -> dict[str, float]:
@@ -274,6 +315,7 @@ def summarize(
     progress: list[Any],
     hot: list[tuple[str, float]],
     cpu: list[tuple[int, Counter[str]]],
+    mode: str,
 ) -> dict[str, Any]:
     total = args.messages
     start, end = samples[0][0], samples[-1][0]
@@ -287,7 +329,7 @@ def summarize(
             for key, ms in p["durationMs"].items():
                 durations.setdefault(key, []).append(ms)
     return {
-        "settings": {"master": args.master, "sink": args.sink, "conf": args.conf,
+        "settings": {"mode": mode, "master": args.master, "sink": args.sink, "conf": args.conf,
                      "messages": total, "size": args.size,
                      "maxInFlight": args.max_in_flight, "maxRecordsPerBatch": args.batch,
                      "numPartitions": args.partitions, "cpus": os.cpu_count()},
