@@ -9,8 +9,9 @@ import pytest
 from nsqpy.client import Config, NsqdHTTPClient, Producer
 from nsqpy.client.connection import ServerSettings
 from nsqpy.client.errors import LeaseError
-from nsqpy.client.leases import LeaseConnection
+from nsqpy.client.leases import LeaseConnection, LeasedFrames
 from nsqpy.nsqd.app import NSQD
+from nsqpy.protocol.frames import encode_message, encode_response
 
 #: Go nsqd v1.3.0's IDENTIFY reply: no "leases" key, whatever the client asked.
 GO_REPLY = (
@@ -50,7 +51,7 @@ async def test_reserve_then_fetch_from_another_connection_then_finish(nsqd: NSQD
     frames = await executor.fetch("t", "c", "q.1")
     got = frames.messages()
     assert [(m.body, m.attempts) for m in got] == [(b"one", 1), (b"two", 1)]
-    assert (frames.count, frames.size) == (2, 6) and all(len(m.id) == 16 for m in got)
+    assert (frames.count, len(frames.bodies)) == (2, 6) and all(len(m.id) == 16 for m in got)
     again = await planner.fetch("t", "c", "q.1")
     assert again.messages() == got  # any connection, the same messages
 
@@ -107,3 +108,20 @@ async def test_an_empty_reserve_leaves_the_name_free(nsqd: NSQD) -> None:
         await conn.reserved("t", "c", "next")
     assert info.value.code == "E_LEASE_NOT_FOUND"
     conn.close()
+
+
+async def test_frames_split_anywhere_are_put_together() -> None:
+    """A lease's frames cut into pieces of every size, and a frame bigger than the piece."""
+    sent = [(b"%016x" % i, b"b" * (i * 37 % 300), 1_700_000_000_000_000_000 + i, i % 4 + 1)
+            for i in range(40)]  # fmt: skip
+    wire = b"".join(encode_message(t, a, i, b) for i, b, t, a in sent)
+    wire += encode_response(b"LEASED l 40 %d" % sum(len(b) for _, b, _, _ in sent))
+    for piece in (1, 7, 26, 34, 1000, len(wire)):
+        conn = LeaseConnection("127.0.0.1:1", Config())
+        answer = conn._expect_frame()
+        for at in range(0, len(wire), piece):
+            conn.data_received(wire[at : at + piece])
+        assert answer.result().startswith(b"LEASED l 40 ")
+        heads, bodies, ends = conn._answers.popleft()
+        got = LeasedFrames("l", bytes(heads), bytes(bodies), ends).messages()
+        assert [(m.id, m.body, m.timestamp, m.attempts) for m in got] == sent, piece

@@ -250,11 +250,13 @@ def test_a_fetched_lease_becomes_the_arrow_batch_spark_expects() -> None:
     sent = [(b"0123456789abcdef", b"", 1_700_000_000_123_456_789, 1),
             (b"fedcba9876543210", b"x" * 300, 1_700_000_001_000_000_999, 65535),
             (b"00000000000000ff", b"last", 5_000, 2)]  # fmt: skip
-    data, ends = b"", array("q")
+    heads, bodies, ends = b"", b"", array("q")
     for msg_id, body, stamp, attempts in sent:
-        data += encode_message(stamp, attempts, msg_id, body)[8:]  # the frame's payload
-        ends.append(len(data))
-    frames = LeasedFrames("l", data, ends, 304)
+        frame = encode_message(stamp, attempts, msg_id, body)
+        heads += frame[8:34]  # after the frame's size and type: timestamp, attempts, id
+        bodies += frame[34:]
+        ends.append(len(bodies))
+    frames = LeasedFrames("l", heads, bodies, ends)
     assert [(m.id, m.body, m.timestamp, m.attempts) for m in frames.messages()] == sent
     batch = payload.to_record_batch(to_payload(frames, "t", "c", A))
     assert batch.schema.equals(payload.arrow_schema())

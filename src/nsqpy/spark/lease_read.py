@@ -2,8 +2,8 @@
 
 The task opens a ``LeaseConnection`` to each nsqd of its leases, asks for all of them at once
 (nsqd encodes the next lease while this process turns the previous one into Arrow) and yields
-one RecordBatch per lease. A lease's frames arrive as one buffer and become Arrow columns with
-numpy, without a Python loop per row.
+one RecordBatch per lease. A lease arrives as a buffer of headers and one of bodies, which
+become Arrow columns with numpy, without a Python loop per row.
 
 A lease that is gone (its TTL passed before the batch was committed, or nsqd restarted) gives
 no rows: nsqd has put its messages back, and a later batch reads them. That is logged with
@@ -13,10 +13,11 @@ the count. Any other failure fails the task; Spark's retry fetches the same leas
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from nsqpy.client.errors import LeaseError
 from nsqpy.client.leases import HEAD, LeaseConnection, LeasedFrames
@@ -78,27 +79,32 @@ async def _open(opts: ReadOptions, address: str) -> LeaseConnection:
 
 
 def to_payload(frames: LeasedFrames, topic: str, channel: str, nsqd: str) -> payload.Payload:
-    """The lease's messages as the flat buffers of a Payload (see payload.py), with numpy."""
+    """The lease's messages as the flat buffers of a Payload (see payload.py): the bodies as
+    they are, the headers through numpy."""
     import numpy as np
 
-    data = np.frombuffer(frames.data, dtype=np.uint8)
-    ends = np.frombuffer(frames.ends, dtype=np.int64)
-    starts = np.concatenate((np.zeros(1, dtype=np.int64), ends[:-1]))
-    head_at = starts[:, None] + np.arange(HEAD.size)  # each message's header bytes
-    heads = data[head_at]
-    body = np.ones(data.size, dtype=bool)
-    body[head_at.ravel()] = False
-    offsets = np.zeros(len(ends) + 1, dtype="<i4")
-    offsets[1:] = np.cumsum(ends - starts - HEAD.size)
+    heads = np.frombuffer(frames.heads, dtype=_heads_dtype())
+    offsets = np.zeros(frames.count + 1, dtype="<i4")
+    offsets[1:] = np.frombuffer(frames.ends, dtype=np.int64)
     return payload.Payload(
-        count=len(ends),
+        count=frames.count,
         topic=topic,
         channel=channel,
-        ids=heads[:, 10:26].tobytes(),
-        bodies=data[body].tobytes(),
+        ids=heads["id"].tobytes(),
+        bodies=frames.bodies,
         body_offsets=offsets.tobytes(),
-        timestamps_us=(heads[:, :8].copy().view(">i8")[:, 0] // 1000).astype("<i8").tobytes(),
-        attempts=heads[:, 8:10].copy().view(">u2")[:, 0].astype("<i4").tobytes(),
-        nsqd_index=bytes(2 * len(ends)),
+        timestamps_us=(heads["timestamp"] // 1000).astype("<i8").tobytes(),
+        attempts=heads["attempts"].astype("<i4").tobytes(),
+        nsqd_index=bytes(2 * frames.count),
         nsqd_names=(nsqd,),
     )
+
+
+@functools.cache
+def _heads_dtype() -> Any:
+    """A message header (``HEAD``) as a numpy record: big-endian, as on the wire."""
+    import numpy as np
+
+    dtype = np.dtype([("timestamp", ">i8"), ("attempts", ">u2"), ("id", "S16")])
+    assert dtype.itemsize == HEAD.size
+    return dtype
