@@ -244,6 +244,7 @@ def test_delete_leaves_nothing_even_with_a_job_in_flight(tmp_path: Path) -> None
     job = q.sync_job()
     q.delete()
     job.run()
+    q.sync_done(job)  # closes the job's descriptor, as the daemon always does
     assert names(tmp_path) == set()
     with pytest.raises(DiskQueueError):
         q.put([rec(2)])
@@ -489,6 +490,7 @@ def test_a_failed_sync_raises_and_asks_again(
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
+    monkeypatch.setattr(os, "fdatasync", failing_fsync)
     with pytest.raises(DiskQueueError, match="failed to sync"):
         job.run()
     monkeypatch.undo()
@@ -515,6 +517,8 @@ def test_an_older_job_never_overwrites_newer_metadata(tmp_path: Path) -> None:
     new = q.sync_job()
     new.run()
     old.run()
+    q.sync_done(new)
+    q.sync_done(old)
     assert meta_file(tmp_path).read_bytes() == b"2\n0,0\n0,88\n"
     q.close()
 

@@ -26,9 +26,12 @@ segment is consumed it is deleted.
 
 Nothing here runs on its own: the daemon owns the clock and a worker thread. It asks for a
 ``SyncJob`` when ``needs_sync`` (every ``sync_every`` puts and reads) or on a timer when
-``dirty``; the job is a snapshot (metadata bytes plus a duplicate of the write fd) that runs
-on the worker: fsync the data, write the metadata atomically, fsync the directory after a new
-segment was created. Jobs carry a sequence number and a shared fence, so a stale job can
+``dirty``; the job is a snapshot (metadata bytes plus a duplicate of the write fd, and the fds
+of segments rolled away from before their records were synced) that runs on the worker:
+fdatasync the data, write the metadata atomically, fsync the directory after a new segment
+was created. Durable mode splits it in two: ``commit_job`` (the data and a new segment's
+directory entry: what a publisher's OK waits for) and ``position_job`` (the metadata, off that
+path). Jobs carry a sequence number and a shared fence, so a stale job can
 never overwrite newer metadata, nor bring back metadata that ``empty`` or ``delete`` removed.
 
 With ``track_acks`` a record read is only gone once ``finish(token)`` is called. The metadata
@@ -78,6 +81,8 @@ from nsqpy.nsqd.core.errors import BrokerError
 MIN_MSG_SIZE: Final = 26
 _LEN: Final = struct.Struct(">i")
 _READ_CHUNK: Final = 1 << 20
+#: Rolled segments whose fds may wait for a sync before one is done inline.
+_MAX_ROLLED: Final = 16
 _META_RE: Final = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n")
 
 
@@ -126,23 +131,31 @@ class _Fence:
 
 
 class SyncJob:
-    """Built on the loop thread by ``DiskQueue.sync_job()``; ``run()`` goes on a worker thread."""
+    """Built on the loop thread by ``DiskQueue.sync_job()`` (or ``commit_job``,
+    ``position_job``); ``run()`` goes on a worker thread, then ``DiskQueue.sync_done`` on the
+    loop, always: it closes the job's descriptors. The worker does nothing but the disk calls
+    (one ``fdatasync`` per segment in a commit), since each call it makes hands the GIL back and
+    has to win it again from the busy loop thread before the next."""
 
     def __init__(
         self,
         meta_path: str,
         meta: _Meta,
-        fd: int | None,
+        fds: list[int],
         dir_path: str | None,
         fence: _Fence,
         seq: int,
         *,
         data_only: bool = False,
+        commits: bool = True,
     ) -> None:
         self._meta_path = meta_path
         self.data_only = data_only
+        #: the job makes the queue's writes durable (publishers may be answered on it); a
+        #: position job only fsyncs so that its metadata is never ahead of the data
+        self.commits = commits
         self._text = _format_meta(meta)
-        self._fd = fd
+        self._fds = fds
         self.dir_path = dir_path
         self._fence = fence
         self.seq = seq
@@ -152,7 +165,10 @@ class SyncJob:
     def run(self) -> None:
         """fsync the data, then write the metadata atomically; raises DiskQueueError."""
         try:
-            self._fsync_data()
+            for fd in self._fds:
+                # fdatasync: an append changes the size, which it does flush; it skips the
+                # mtime-only journal commit that fsync forces
+                os.fdatasync(fd)
             if not self.data_only:
                 self._write_meta()
             if self.dir_path is not None:
@@ -161,18 +177,10 @@ class SyncJob:
             raise DiskQueueError(f"failed to sync - {exc}") from exc
         self.completed = True
 
-    def _fsync_data(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
     def release(self) -> None:
-        """Close the duplicate fd of a job that will never run (``sync_done`` does this)."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
+        """Close the job's descriptors (``sync_done`` does this, whether it ran or not)."""
+        fds, self._fds = self._fds, []
+        for fd in fds:
             os.close(fd)
 
     def _write_meta(self) -> None:
@@ -333,6 +341,7 @@ class DiskQueue:
         self._force = False  # a sync is due regardless of the count
         self._moved = False  # the persisted read position moved (finish)
         self._new_segment = False  # a segment was created since the last sync job
+        self._rolled: list[int] = []  # fds of segments rolled away from with unsynced records
         self._fence = _Fence()
         self._seq = 0
         self._token = 0
@@ -540,13 +549,23 @@ class DiskQueue:
         return i
 
     def _roll(self) -> None:
+        """Move writes to the next segment. The old one is not synced here, on the loop (that
+        stalled every client for a data fsync plus a metadata write): while it holds unsynced
+        records its fd is kept for the next commit or sync job, and the positions are due."""
+        fd, self._write_fd = self._write_fd, None
+        if fd is not None:
+            if self._unsynced:
+                self._rolled.append(fd)
+            else:
+                os.close(fd)
+        if len(self._rolled) > _MAX_ROLLED:  # nobody syncs (a test, a tool): bound the fds
+            try:
+                self.sync_now()
+            except DiskQueueError as exc:
+                self._log.error("DISKQUEUE(%s) failed to sync - %s", self.name, exc)
         self._write_file += 1
         self._write_pos = 0
-        try:
-            self.sync_now()  # fsyncs the old segment (the job holds a duplicate of its fd)
-        except DiskQueueError as exc:
-            self._log.error("DISKQUEUE(%s) failed to sync - %s", self.name, exc)
-        self._drop_write_fd()
+        self._force = True
 
     def _open_write_file(self) -> int:
         path = self._segment_path(self._write_file)
@@ -872,19 +891,15 @@ class DiskQueue:
         return self._unsynced
 
     def commit_job(self) -> SyncJob:
-        """A job that only makes the written records durable: fsync of the data (and of the
-        directory when a segment is new). Positions are left to the next full ``sync_job``; a
-        crash before it replays from older positions, which duplicates but never loses."""
-        try:
-            fd = os.dup(self._write_fd) if self._write_fd is not None else None
-        except OSError as exc:
-            raise DiskQueueError(f"failed to sync - {exc}") from exc
-        dir_path = self.data_path if self._new_segment else None
+        """A job that only makes the written records durable: fdatasync of the data (the
+        segments rolled away from too) and of the directory when a segment is new. Positions
+        are left to ``position_job``/``sync_job``; a crash before one replays from older
+        positions, which duplicates but never loses."""
         job = SyncJob(
             self._meta_path,
             self._persisted_meta(),
-            fd,
-            dir_path,
+            self._take_data_fds(),
+            self.data_path if self._new_segment else None,
             self._fence,
             self._seq,
             data_only=True,
@@ -894,16 +909,54 @@ class DiskQueue:
 
     def sync_job(self) -> SyncJob:
         """Snapshot the state to persist now; run the job on any thread, then ``sync_done``."""
-        try:
-            fd = os.dup(self._write_fd) if self._write_fd is not None else None
-        except OSError as exc:
-            raise DiskQueueError(f"failed to sync - {exc}") from exc
+        fds = self._take_data_fds()
         dir_path = self.data_path if self._new_segment else None
         self._seq += 1
-        job = SyncJob(self._meta_path, self._persisted_meta(), fd, dir_path, self._fence, self._seq)
+        job = SyncJob(self._meta_path, self._persisted_meta(), fds, dir_path, self._fence, self._seq)
         self._count = 0
         self._force = self._moved = self._new_segment = self._unsynced = False
         return job
+
+    def position_job(self) -> SyncJob:
+        """Durable mode's metadata write, off the commits publishers wait for: fdatasync the
+        data (so the metadata is never ahead of it) and write the positions, leaving what
+        ``commit_job`` owns (unsynced records, rolled segments, a new segment's directory
+        entry) to it: this job answers no publisher, and its failure must not pass for one's
+        commit. Segments its positions have passed are deleted once it completes."""
+        try:
+            fds = [os.dup(fd) for fd in self._rolled]
+            if self._write_fd is not None:
+                fds.append(os.dup(self._write_fd))
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            raise DiskQueueError(f"failed to sync - {exc}") from exc
+        dir_path = self.data_path if self._new_segment else None
+        self._seq += 1
+        job = SyncJob(
+            self._meta_path,
+            self._persisted_meta(),
+            fds,
+            dir_path,
+            self._fence,
+            self._seq,
+            commits=False,
+        )
+        self._count = 0
+        self._force = self._moved = False
+        return job
+
+    def _take_data_fds(self) -> list[int]:
+        """What a committing job fsyncs: the rolled segments (the job owns their fds now)
+        and a duplicate of the write fd (the queue may close its own while the job runs)."""
+        try:
+            dup = os.dup(self._write_fd) if self._write_fd is not None else None
+        except OSError as exc:
+            raise DiskQueueError(f"failed to sync - {exc}") from exc
+        fds, self._rolled = self._rolled, []
+        if dup is not None:
+            fds.append(dup)
+        return fds
 
     def _persisted_meta(self) -> _Meta:
         if self._acks:
@@ -919,8 +972,9 @@ class DiskQueue:
         job.release()
         if not job.completed:
             self._force = True  # try again
-            self._unsynced = True
-            self._new_segment = self._new_segment or job.dir_path is not None
+            if job.commits:
+                self._unsynced = True
+                self._new_segment = self._new_segment or job.dir_path is not None
             return
         if job.data_only:
             return  # positions were not persisted: nothing may be deleted yet
@@ -972,6 +1026,9 @@ class DiskQueue:
         self._closed = True
         self._drop_reader()
         self._drop_write_fd()
+        rolled, self._rolled = self._rolled, []
+        for fd in rolled:
+            os.close(fd)
 
     def _segment_path(self, num: int) -> str:
         return os.path.join(self.data_path, f"{self.name}.diskqueue.{num:06d}.dat")
