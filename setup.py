@@ -16,6 +16,7 @@ from setuptools.command.build_ext import build_ext
 EXTENSIONS = [
     ("nsqpy.protocol._cwire", "src/nsqpy/protocol/_cwire.pyx"),
     ("nsqpy.nsqd.core._cdelivery", "src/nsqpy/nsqd/core/_cdelivery.pyx"),
+    ("nsqpy.nsqd.storage._cfsync", "src/nsqpy/nsqd/storage/_cfsync.pyx"),
 ]
 
 

@@ -1,12 +1,14 @@
 """DiskStore's group commit in durable mode: overlapping sync rounds, answered in order.
 
-The jobs a round runs are swapped for a gate the test opens, so the order in which rounds
+The fsync workers are swapped for a gated one the test opens, so the order in which rounds
 end is the test's choice; the queue is a real disk queue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,37 +16,46 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
-from nsqpy.nsqd.storage import persistence
-from nsqpy.nsqd.storage.diskqueue import DiskQueue, SyncJob
+from nsqpy.nsqd.storage import fsyncers, persistence
+from nsqpy.nsqd.storage.diskqueue import DiskQueue
 
 
 class Gates:
-    """Stands in for ``persistence._run_jobs``: round n runs its jobs once gate n opens and
-    then reports ``errors[n]``."""
+    """Stands in for ``fsyncers.serve``: the requests of round n (ids count from 1) are
+    synced once gate n opens and then answered as failed with ``errors[n]`` (an errno; 0: as
+    it went). A round may come as several requests (a new segment's directory goes apart)."""
 
     def __init__(self) -> None:
         self.gates = [threading.Event() for _ in range(4)]
-        self.errors: list[list[Exception]] = [[] for _ in range(4)]
-        self.started = 0
+        self.errors = [0] * 4
+        self.seen: set[int] = set()
         self.finished: list[int] = []
         self.lock = threading.Lock()
 
-    def run(self, jobs: list[SyncJob]) -> list[Exception]:
-        with self.lock:
-            n = self.started
-            self.started += 1
-        assert self.gates[n].wait(10)
-        for job in jobs:
-            job.run()
-        with self.lock:
-            self.finished.append(n)
-        return self.errors[n]
+    @property
+    def started(self) -> int:
+        return len(self.seen)
+
+    def serve(self, work: int, done: int) -> None:
+        size = fsyncers.REQUEST_INTS * 4
+        while len(data := os.read(work, size)) == size:
+            fields = fsyncers._REQUEST.unpack(data)
+            if fields[0] == 0:
+                return
+            n = fields[0] - 1
+            with self.lock:
+                self.seen.add(n)
+            assert self.gates[n].wait(10)
+            failed = fsyncers.sync_all(fields[2 : 2 + fields[1]]) or self.errors[n]
+            with self.lock:
+                self.finished.append(n)
+            os.write(done, fsyncers._ANSWER.pack(fields[0], failed))
 
 
 @pytest.fixture
 def gates(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gates]:
     g = Gates()
-    monkeypatch.setattr(persistence, "_run_jobs", g.run)
+    monkeypatch.setattr(fsyncers, "serve", g.serve)
     yield g
     for gate in g.gates:
         gate.set()
@@ -92,7 +103,7 @@ async def test_a_failed_round_fails_the_rounds_that_started_while_it_ran(
     tmp_path: Path, gates: Gates
 ) -> None:
     store, queue, answers = await start(tmp_path)
-    gates.errors[0] = [OSError("no space left on device")]
+    gates.errors[0] = errno.ENOSPC
     publish(store, queue, answers, "a")
     await wait_for(lambda: gates.started == 1)
     publish(store, queue, answers, "b")

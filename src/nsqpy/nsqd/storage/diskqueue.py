@@ -177,6 +177,12 @@ class SyncJob:
             raise DiskQueueError(f"failed to sync - {exc}") from exc
         self.completed = True
 
+    @property
+    def data_fds(self) -> list[int]:
+        """The descriptors ``run`` fdatasyncs (durable commits hand them to the fsync
+        workers instead, and set ``completed`` from their answer)."""
+        return list(self._fds)
+
     def release(self) -> None:
         """Close the job's descriptors (``sync_done`` does this, whether it ran or not)."""
         fds, self._fds = self._fds, []

@@ -18,7 +18,8 @@ everything it depends on is on stable storage.
 
 In durable mode a round is a commit and nothing else: the data fdatasync of every queue
 written since the last round (``DiskQueue.commit_job``: segments rolled away from and a new
-segment's directory entry included). It starts at once, from ``after_commit``, when a thread
+segment's directory entry included), done by ``fsyncers``' workers, which need no GIL between
+the loop's request and their answer. It starts at once, from ``after_commit``, when a thread
 is free: a publish is written by the time it waits, and waiting for the end of the loop
 iteration cost a publisher ~100 us. The positions (``--sync-every``, ``--sync-timeout``) go
 to a lane of their own, one ``position_job`` round at a time on a third thread that nobody
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -53,6 +55,7 @@ from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.backend import Backend, DiskHooks
 from nsqpy.nsqd.storage import metadata
 from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, SyncJob
+from nsqpy.nsqd.storage.fsyncers import Fsyncers, dir_entry
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -65,7 +68,7 @@ ROUNDS_IN_FLIGHT = 2
 class _Round:
     """A sync round under way: its jobs, whom it answers, and how it ended."""
 
-    __slots__ = ("done", "errors", "jobs", "tainted", "waiting")
+    __slots__ = ("dir_fds", "done", "errors", "jobs", "outstanding", "tainted", "waiting")
 
     def __init__(self, jobs: list[tuple[DiskQueue, SyncJob]], waiting: list[Commit]) -> None:
         self.jobs = jobs
@@ -73,6 +76,8 @@ class _Round:
         self.done = False
         self.errors: list[Exception] = []
         self.tainted = False  # an older round failed while this one ran
+        self.outstanding = 0  # durable: fsync requests not answered yet
+        self.dir_fds: list[int] = []  # durable: directories opened for this round's fsyncs
 
 
 class DiskStore(DiskHooks):
@@ -99,9 +104,13 @@ class DiskStore(DiskHooks):
         self.sync_timeout = sync_timeout
         self.durable = durable
         self.set_health = set_health
-        self._threads = _SyncThreads(loop, ROUNDS_IN_FLIGHT, "nsqd-sync")
-        # durable mode: the metadata lane (None otherwise: positions go in the rounds)
+        # durable mode: commits on GIL-free fsync workers, positions on a lane of their own;
+        # otherwise rounds of full sync jobs on Python threads
+        self._threads = None if durable else _SyncThreads(loop, ROUNDS_IN_FLIGHT, "nsqd-sync")
+        self._fsyncers = Fsyncers(loop, ROUNDS_IN_FLIGHT, self._answered) if durable else None
         self._lane = _SyncThreads(loop, 1, "nsqd-positions") if durable else None
+        self._by_id: dict[int, _Round] = {}  # durable: rounds waiting for fsync answers
+        self._last_id = 0
         self._lane_busy = False
         self._dirty: dict[int, DiskQueue] = {}  # positions (and, outside durable, data) to sync
         self._written: dict[int, DiskQueue] = {}  # durable: queues written since the last round
@@ -223,15 +232,55 @@ class DiskStore(DiskHooks):
 
     def _commit_round(self) -> None:
         """Durable mode: a round that makes every queue written so far durable and answers
-        whoever waits (positions are the lane's)."""
+        whoever waits (positions are the lane's). Its fsyncs go to the GIL-free workers,
+        spread over them when the round holds several queues."""
+        assert self._fsyncers is not None
         jobs: list[tuple[DiskQueue, SyncJob]] = []
         written, self._written = self._written, {}
-        for queue in written.values():
-            if queue.needs_commit:
-                jobs.append((queue, queue.commit_job()))
-        self._submit(jobs)
+        this = _Round(jobs, [])
+        try:
+            for queue in written.values():
+                if queue.needs_commit:
+                    jobs.append((queue, queue.commit_job()))
+            fds: list[int] = []
+            for _, job in jobs:
+                fds += job.data_fds
+                if job.dir_path is not None:
+                    fd = os.open(job.dir_path, os.O_RDONLY)
+                    this.dir_fds.append(fd)
+                    fds.append(dir_entry(fd))
+        except (OSError, DiskQueueError) as err:
+            this.errors.append(err)
+            fds = []
+        this.waiting, self._waiting = self._waiting, []
+        self._rounds.append(this)
+        self._busy += 1
+        self._last_id = self._last_id % 0x7FFFFFFF + 1
+        this.outstanding = self._fsyncers.submit(self._last_id, fds)
+        if this.outstanding:
+            self._by_id[self._last_id] = this
+        else:  # nothing to sync (or it failed before any): answered in turn, not re-entrantly
+            self.loop.call_soon(self._committed, this)
+
+    def _answered(self, request_id: int, failed: int) -> None:
+        """An fsync worker's answer (on the loop)."""
+        this = self._by_id[request_id]
+        if failed:
+            this.errors.append(DiskQueueError(f"failed to sync - {os.strerror(failed)}"))
+        this.outstanding -= 1
+        if not this.outstanding:
+            del self._by_id[request_id]
+            self._committed(this)
+
+    def _committed(self, this: _Round) -> None:
+        for fd in this.dir_fds:
+            os.close(fd)
+        for _, job in this.jobs:
+            job.completed = not this.errors
+        self._round_done(this.errors, this)
 
     def _submit(self, jobs: list[tuple[DiskQueue, SyncJob]]) -> None:
+        assert self._threads is not None
         waiting, self._waiting = self._waiting, []
         this = _Round(jobs, waiting)
         self._rounds.append(this)
@@ -307,9 +356,9 @@ class DiskStore(DiskHooks):
         for callback in waiting:
             callback(False)  # nothing commits after close: those publishers get an error
         await self.loop.run_in_executor(None, _close_all, queues)
-        self._threads.stop()
-        if self._lane is not None:
-            self._lane.stop()
+        for workers in (self._threads, self._fsyncers, self._lane):
+            if workers is not None:
+                workers.stop()
 
 
 class _SyncThreads:

@@ -1,0 +1,138 @@
+"""Durable mode's fsync workers: threads that sync without the GIL, talking through pipes.
+
+A commit round's wait used to be half GIL: the worker woke on a queue and had to win the GIL
+from the busy event loop thread before it could call fsync, then win it again to hand the
+result back (~100-200 us each on a loaded 2-core machine, about as long as the fdatasync
+itself). Here the loop writes a request to a pipe; a worker blocked in ``read`` on it
+(compiled: ``_cfsync.serve``, which never takes the GIL) syncs the descriptors it names and
+writes the answer to a second pipe, which the loop watches with ``add_reader``. Nothing
+between a request and its answer needs the GIL.
+
+Protocol (native byte order, int32): a request is ``REQUEST_INTS`` ints: the round's id (>0;
+0 stops the worker that reads it), a count n <= ``MAX_FDS``, then n descriptors, each ``fd``
+for fdatasync or ``-(fd + 1)`` for fsync (a directory, after a segment was created). An
+answer is ``(id, errno)``: 0 when every descriptor synced, else the first failure's errno
+(each descriptor is tried either way). Requests and answers are smaller than ``PIPE_BUF``, so
+each write is atomic and each read of one record gets a whole one, with any number of
+workers on the same pipe. The descriptors stay open until the answer has been read: the loop
+closes them (``DiskQueue.sync_done``).
+
+``py_serve`` is the pure-Python twin (``NSQPY_PURE_PYTHON=1``, or no compiler): the same
+protocol, holding the GIL between its calls as any Python thread does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import struct
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from nsqpy._internal.compiled import load
+
+REQUEST_INTS: Final = 16
+MAX_FDS: Final = REQUEST_INTS - 2
+_REQUEST: Final = struct.Struct(f"={REQUEST_INTS}i")
+_ANSWER: Final = struct.Struct("=2i")
+
+Serve = Callable[[int, int], None]
+Answered = Callable[[int, int], None]
+
+
+def dir_entry(fd: int) -> int:
+    """How a request names a descriptor to fsync rather than fdatasync (a directory)."""
+    return -(fd + 1)
+
+
+def py_serve(work: int, done: int) -> None:
+    """Serve requests from ``work`` until a stop request or EOF (see the module docstring)."""
+    while True:
+        data = os.read(work, _REQUEST.size)
+        if len(data) < _REQUEST.size:
+            return
+        fields = _REQUEST.unpack(data)
+        if fields[0] == 0:
+            return
+        os.write(done, _ANSWER.pack(fields[0], sync_all(fields[2 : 2 + fields[1]])))
+
+
+def sync_all(fds: tuple[int, ...] | list[int]) -> int:
+    """Sync each descriptor as the protocol names it; 0, or the first failure's errno."""
+    failed = 0
+    for fd in fds:
+        try:
+            if fd >= 0:
+                os.fdatasync(fd)
+            else:
+                os.fsync(-fd - 1)
+        except OSError as exc:
+            failed = failed or exc.errno or errno.EIO
+    return failed
+
+
+_c = load("nsqpy.nsqd.storage._cfsync")
+#: The worker body the daemon runs (tests put a gated one in its place).
+serve: Serve = py_serve if _c is None else _c.serve
+
+
+class Fsyncers:
+    """``count`` worker threads and the two pipes; ``answered(id, errno)`` runs on the loop."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        count: int,
+        answered: Answered,
+        *,
+        worker: Serve | None = None,
+    ) -> None:
+        self.loop = loop
+        self._answered = answered
+        self._work_r, self._work_w = os.pipe()
+        self._done_r, self._done_w = os.pipe()
+        os.set_blocking(self._done_r, False)
+        loop.add_reader(self._done_r, self._read_answers)
+        body = worker if worker is not None else serve
+        self._threads = [
+            threading.Thread(
+                target=body, args=(self._work_r, self._done_w), name=f"nsqd-fsync_{i}", daemon=True
+            )
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, request_id: int, fds: list[int]) -> int:
+        """Ask for ``fds`` to be synced under ``request_id`` (> 0), in requests of at most
+        ``MAX_FDS``; returns how many answers will come. A round is one request while it
+        fits: one split over both workers would leave none for the next round."""
+        sent = 0
+        for start in range(0, len(fds), MAX_FDS):
+            chunk = fds[start : start + MAX_FDS]
+            fields = [request_id, len(chunk), *chunk]
+            fields += [0] * (REQUEST_INTS - len(fields))
+            os.write(self._work_w, _REQUEST.pack(*fields))
+            sent += 1
+        return sent
+
+    def _read_answers(self) -> None:
+        try:
+            data = os.read(self._done_r, _ANSWER.size * 256)
+        except BlockingIOError:
+            return
+        for request_id, failed in _ANSWER.iter_unpack(data):
+            self._answered(request_id, failed)
+
+    def stop(self) -> None:
+        """End the threads once the requests given them are answered (waits for them)."""
+        for _ in self._threads:
+            os.write(self._work_w, _REQUEST.pack(*([0] * REQUEST_INTS)))
+        for thread in self._threads:
+            thread.join()
+        self._read_answers()  # answers written after the loop's last look
+        self.loop.remove_reader(self._done_r)
+        for fd in (self._work_r, self._work_w, self._done_r, self._done_w):
+            os.close(fd)
