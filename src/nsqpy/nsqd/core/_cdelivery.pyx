@@ -256,6 +256,7 @@ def finish_many(channel, client, list ids, double now):
     """``Channel.finish_many``: FIN a batch; ``(id, reason)`` for each that failed."""
     cdef dict in_flight = client.in_flight
     cdef list errors = []
+    cdef list tokens = []
     cdef Py_ssize_t done = 0
     e2e = channel.e2e
     wall = channel.wall_ns() if e2e is not None else 0
@@ -266,9 +267,11 @@ def finish_many(channel, client, list ids, double now):
             continue
         done += 1
         if msg.token >= 0:
-            channel._forget(msg)
+            tokens.append(msg.token)
         if e2e is not None:
             e2e.insert(wall - msg.timestamp, wall)
+    if tokens:
+        channel._forget_tokens(tokens)
     channel.in_flight_count -= done
     client.finish_count += done
     if done and (not client.in_ready or channel._backlog()):

@@ -409,6 +409,13 @@ class Channel:
             self.backend.finish(msg.token)
             self.hooks.touched(self.backend)
 
+    def _forget_tokens(self, tokens: list[int]) -> None:
+        """``_forget`` for a run of FINs by their tokens: one backend call and one
+        ``touched`` for the run (durable mode paid three Python calls per message)."""
+        if self.backend is not None:
+            self.backend.finish_many(tokens)
+            self.hooks.touched(self.backend)
+
     def _next_queued(self, now: float, want: int = 1) -> Message | None:
         """The oldest queued message that may be delivered under the channel's policy (see
         ``_pop_queued``); those that may not are diverted on the way."""
@@ -866,6 +873,7 @@ def py_finish_many(
     """``finish_many``: FIN a batch of ids; ``(id, reason)`` for each that failed."""
     in_flight = client.in_flight
     errors: list[tuple[bytes, str]] = []
+    tokens: list[int] = []  # durable mode: the disk records to finish, in one call
     done = 0
     e2e = channel.e2e
     wall = channel.wall_ns() if e2e is not None else 0  # one clock read for the batch
@@ -876,9 +884,11 @@ def py_finish_many(
             continue
         done += 1
         if msg.token >= 0:
-            channel._forget(msg)
+            tokens.append(msg.token)
         if e2e is not None:
             e2e.insert(wall - msg.timestamp, wall)
+    if tokens:
+        channel._forget_tokens(tokens)
     channel.in_flight_count -= done
     client.finish_count += done
     if done and (not client.in_ready or channel._backlog()):

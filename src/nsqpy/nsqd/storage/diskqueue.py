@@ -72,7 +72,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from itertools import islice
+from itertools import accumulate, chain
 from typing import Final, NamedTuple
 
 from nsqpy.nsqd.core.errors import BrokerError
@@ -80,6 +80,7 @@ from nsqpy.nsqd.core.errors import BrokerError
 #: Smallest record nsqd writes: an NSQ message header (timestamp, attempts, id).
 MIN_MSG_SIZE: Final = 26
 _LEN: Final = struct.Struct(">i")
+_FRAMED: Final = 4  # a record's length prefix
 _READ_CHUNK: Final = 1 << 20
 #: Rolled segments whose fds may wait for a sync before one is done inline.
 _MAX_ROLLED: Final = 16
@@ -140,7 +141,7 @@ class SyncJob:
     def __init__(
         self,
         meta_path: str,
-        meta: _Meta,
+        meta: _Meta | None,
         fds: list[int],
         dir_path: str | None,
         fence: _Fence,
@@ -154,12 +155,12 @@ class SyncJob:
         #: the job makes the queue's writes durable (publishers may be answered on it); a
         #: position job only fsyncs so that its metadata is never ahead of the data
         self.commits = commits
-        self._text = _format_meta(meta)
+        self._text = b"" if meta is None else _format_meta(meta)
         self._fds = fds
         self.dir_path = dir_path
         self._fence = fence
         self.seq = seq
-        self.read_file = meta.read_file
+        self.read_file = -1 if meta is None else meta.read_file
         self.completed = False
 
     def run(self) -> None:
@@ -351,7 +352,9 @@ class DiskQueue:
         self._fence = _Fence()
         self._seq = 0
         self._token = 0
-        self._acks: deque[tuple[int, int, int]] = deque()  # (token, file, pos) read, in order
+        # runs of records read (or taken), in order: (first token, file, [start of each]);
+        # pruned up to the oldest unfinished token when a job asks for the positions
+        self._acks: deque[tuple[int, int, list[int]]] = deque()
         self._unfinished: set[int] = set()
         self._held: deque[int] = deque()  # consumed segments kept until a sync passes them
         self._closed = False
@@ -471,40 +474,42 @@ class DiskQueue:
         if take <= 0 or self._has_unread():
             self._put(records, None)
             return range(0)
-        starts: list[tuple[int, int]] = []
-        self._put(records, starts)
-        take = min(take, len(starts))
-        first = token = self._token
+        runs: list[tuple[int, list[int]]] = []
+        self._put(records, runs)
+        first = self._token
+        left = take
+        end_file, end_pos = self._write_file, self._write_pos
+        for num, starts in runs:
+            short = left < len(starts)
+            if short:  # the first record not taken: reading goes on there
+                end_file, end_pos = num, starts[left]
+                starts = starts[:left]
+            if starts and self.track_acks:
+                self._acks.append((self._token + 1, num, starts))
+            self._token += len(starts)
+            left -= len(starts)
+            if short:
+                break
+        taken = self._token - first
         if self.track_acks:
-            acks, unfinished = self._acks, self._unfinished
-            for num, pos in islice(starts, take):
-                token += 1
-                acks.append((token, num, pos))
-                unfinished.add(token)
-        else:
-            token += take
-        self._token = token
-        self.depth -= take
-        self._count += take
-        if take < len(starts):
-            end_file, end_pos = starts[take]
-        else:
-            end_file, end_pos = self._write_file, self._write_pos
+            self._unfinished.update(range(first + 1, self._token + 1))
+        self.depth -= taken
+        self._count += taken
         while self._read_file < end_file:  # the batch rolled on: the read segment is consumed
             self._next_read_file()
         self._read_pos = end_pos
         if self._reader is not None:
             self._reader.seek(end_pos)
-        return range(first + 1, token + 1)
+        return range(first + 1, self._token + 1)
 
-    def _put(self, records: list[bytes], starts: list[tuple[int, int]] | None) -> None:
+    def _put(self, records: list[bytes], runs: list[tuple[int, list[int]]] | None) -> None:
         if self._closed:
             raise DiskQueueError("exiting")
         self._check_sizes(records)
         done = 0
         try:
             while done < len(records):
-                done = self._put_segment(records, done, starts)
+                done = self._put_segment(records, done, runs)
         except OSError as exc:
             self._log.error("DISKQUEUE(%s) failed to write - %s", self.name, exc)
             raise DiskQueueError(str(exc), written=done) from exc
@@ -522,37 +527,41 @@ class DiskQueue:
         )
 
     def _put_segment(
-        self, records: list[bytes], start: int, starts: list[tuple[int, int]] | None
+        self, records: list[bytes], start: int, runs: list[tuple[int, list[int]]] | None
     ) -> int:
         """Write records from ``start`` that fit the current segment; returns the next index.
-        Appends each written record's ``(segment, position)`` to ``starts`` when given."""
+        Appends ``(segment, [start position of each record written])`` to ``runs`` when
+        given. The batch is framed with C-level iterators (no Python step per record)."""
         limit = self.max_bytes_per_file
         if self._write_pos > 0 and self._write_pos + 4 + len(records[start]) > limit:
             self._roll()
         fd = self._write_fd if self._write_fd is not None else self._open_write_file()
         pos = self._write_pos
-        parts: list[bytes] = []
-        i = start
-        for rec in islice(records, start, None):
-            size = len(rec)
-            if pos > 0 and pos + 4 + size > limit:
-                break
-            if starts is not None:
-                starts.append((self._write_file, pos))
-            parts.append(_LEN.pack(size))
-            parts.append(rec)
-            pos += 4 + size
-            i += 1
+        rest = records[start:] if start else records
+        sizes = list(map(len, rest))
+        count = len(sizes)
+        if pos + sum(sizes) + 4 * count > limit:  # not all fit: find how many do
+            end, count = pos, 0
+            for size in sizes:
+                if end > 0 and end + 4 + size > limit:
+                    break
+                end += 4 + size
+                count += 1
+            rest, sizes = rest[:count], sizes[:count]
+        if runs is not None:
+            starts = list(accumulate(map(_FRAMED.__add__, sizes), initial=pos))
+            starts.pop()  # the end of the last record
+            runs.append((self._write_file, starts))
         try:
-            _write_all(fd, b"".join(parts))
+            _write_all(fd, b"".join(chain.from_iterable(zip(map(_LEN.pack, sizes), rest))))
         except OSError:
             self._drop_write_fd(truncate=True)
             raise
-        self._write_pos = pos
-        self.depth += i - start
-        self._count += i - start
+        self._write_pos = pos + sum(sizes) + 4 * count
+        self.depth += count
+        self._count += count
         self._unsynced = True
-        return i
+        return start + count
 
     def _roll(self) -> None:
         """Move writes to the next segment. The old one is not synced here, on the loop (that
@@ -656,12 +665,11 @@ class DiskQueue:
         payload: bytes | None = b""
         try:
             if self.track_acks:
-                acks, unfinished, num = self._acks, self._unfinished, self._read_file
-                token, start = self._token, self._read_pos
+                starts: list[int] = []
+                self._acks.append((self._token + 1, self._read_file, starts))
+                start = self._read_pos
                 while len(out) < limit and (payload := reader.next(end)) is not None:
-                    token += 1
-                    acks.append((token, num, start))
-                    unfinished.add(token)
+                    starts.append(start)
                     start = reader.pos
                     out.append(payload)
             else:
@@ -672,6 +680,8 @@ class DiskQueue:
             self._read_pos = reader.pos
             self.depth -= taken
             self._count += taken
+            if self.track_acks:
+                self._unfinished.update(range(self._token + 1, self._token + taken + 1))
             self._token += taken
         if completed and (payload is None or reader.pos >= end):
             self._next_read_file()  # the end of a completed segment
@@ -702,7 +712,7 @@ class DiskQueue:
         self._count += 1
         self._token = token = self._token + 1
         if self.track_acks:
-            self._acks.append((token, self._read_file, start))
+            self._acks.append((token, self._read_file, [start]))
             self._unfinished.add(token)
         if completed and reader.pos >= limit:
             self._next_read_file()
@@ -771,13 +781,17 @@ class DiskQueue:
     def finish(self, token: int) -> None:
         """The record read with ``token`` is done with (only with ``track_acks``)."""
         unfinished = self._unfinished
-        if token not in unfinished:
-            return
-        unfinished.remove(token)
-        acks = self._acks
-        while acks and acks[0][0] not in unfinished:
-            acks.popleft()
-        self._moved = True
+        if token in unfinished:
+            unfinished.remove(token)
+            self._moved = True
+
+    def finish_many(self, tokens: list[int]) -> None:
+        """``finish`` for a batch (a run of FINs): one set operation, no Python step each."""
+        unfinished = self._unfinished
+        before = len(unfinished)
+        unfinished.difference_update(tokens)
+        if len(unfinished) != before:
+            self._moved = True
 
     # -- damage ------------------------------------------------------------------------
     def _handle_corruption(self, reason: str) -> None:
@@ -903,7 +917,7 @@ class DiskQueue:
         positions, which duplicates but never loses."""
         job = SyncJob(
             self._meta_path,
-            self._persisted_meta(),
+            None,  # no metadata written
             self._take_data_fds(),
             self.data_path if self._new_segment else None,
             self._fence,
@@ -965,10 +979,18 @@ class DiskQueue:
         return fds
 
     def _persisted_meta(self) -> _Meta:
-        if self._acks:
-            _, read_file, read_pos = self._acks[0]
-            depth = self.depth + len(self._acks)
+        """The positions to write: with acks, the read position is the start of the oldest
+        unfinished record and everything read since counts in the depth."""
+        acks = self._acks
+        if self._unfinished:
+            oldest = min(self._unfinished)  # O(in flight), once per position job
+            while acks[0][0] + len(acks[0][2]) <= oldest:
+                acks.popleft()  # runs wholly finished
+            first, read_file, starts = acks[0]
+            read_pos = starts[oldest - first]
+            depth = self.depth + self._token - oldest + 1
         else:
+            acks.clear()
             read_file, read_pos, depth = self._read_file, self._read_pos, self.depth
         return _Meta(depth, read_file, read_pos, self._write_file, self._write_pos)
 
