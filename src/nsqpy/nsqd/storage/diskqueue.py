@@ -553,7 +553,8 @@ class DiskQueue:
             starts.pop()  # the end of the last record
             runs.append((self._write_file, starts))
         try:
-            _write_all(fd, b"".join(chain.from_iterable(zip(map(_LEN.pack, sizes), rest))))
+            framed = chain.from_iterable(zip(map(_LEN.pack, sizes), rest, strict=True))
+            _write_all(fd, b"".join(framed))
         except OSError:
             self._drop_write_fd(truncate=True)
             raise
@@ -932,7 +933,8 @@ class DiskQueue:
         fds = self._take_data_fds()
         dir_path = self.data_path if self._new_segment else None
         self._seq += 1
-        job = SyncJob(self._meta_path, self._persisted_meta(), fds, dir_path, self._fence, self._seq)
+        meta = self._persisted_meta()
+        job = SyncJob(self._meta_path, meta, fds, dir_path, self._fence, self._seq)
         self._count = 0
         self._force = self._moved = self._new_segment = self._unsynced = False
         return job

@@ -239,9 +239,7 @@ class DiskStore(DiskHooks):
         written, self._written = self._written, {}
         this = _Round(jobs, [])
         try:
-            for queue in written.values():
-                if queue.needs_commit:
-                    jobs.append((queue, queue.commit_job()))
+            jobs += [(q, q.commit_job()) for q in written.values() if q.needs_commit]
             fds: list[int] = []
             for _, job in jobs:
                 fds += job.data_fds
