@@ -875,3 +875,43 @@ def test_read_many_skips_a_bad_segment_and_goes_on(
     assert q.depth == 0
     assert "positive depth at tail (2), data loss, resetting 0..." in " ".join(caplog.messages)
     q.close()
+
+
+def test_a_roll_leaves_the_old_segment_to_the_next_commit(tmp_path: Path) -> None:
+    """No sync on the caller's thread at a roll: the old segment's fd goes with the next
+    commit job (which fdatasyncs it with the new one), and the positions become due."""
+    q = open_q(tmp_path, max_bytes_per_file=88, track_acks=True)
+    q.put([rec(0), rec(1)])
+    q.put([rec(2)])  # rolls into segment 1 before segment 0's records were synced
+    assert not meta_file(tmp_path).exists() and q.needs_sync
+    job = q.commit_job()
+    assert len(job.data_fds) == 2 and job.dir_path == str(tmp_path)  # segment 1 is new
+    job.run()
+    q.sync_done(job)
+    q.put([rec(3)])  # fills segment 1
+    job = q.commit_job()
+    job.run()
+    q.sync_done(job)
+    q.put([rec(4)])  # a roll with nothing unsynced in segment 1 keeps no fd
+    job = q.commit_job()
+    assert len(job.data_fds) == 1
+    job.run()
+    q.sync_done(job)
+    q.close()
+    assert drain_fresh(tmp_path, max_bytes_per_file=88) == [rec(i) for i in range(5)]
+
+
+def test_finish_many_moves_the_persisted_read_position(tmp_path: Path) -> None:
+    q = open_q(tmp_path, max_bytes_per_file=150, track_acks=True)
+    q.put_taking([rec(i) for i in range(3)], 3)
+    got, tokens = q.read_many(10)
+    q.put([rec(i) for i in range(3, 6)])
+    got, more = q.read_many(2)  # rec(3), rec(4)
+    q.finish_many([*range(1, 4), more[1]])  # all but rec(3)
+    q.sync_now()
+    assert meta_file(tmp_path).read_bytes() == b"3\n1,0\n1,132\n"  # rec(3) is the oldest
+    q.finish_many([more[0]])
+    q.close()
+    again = open_q(tmp_path, max_bytes_per_file=150, track_acks=True)
+    assert drain(again) == [rec(5)]
+    again.close()

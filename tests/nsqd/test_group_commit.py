@@ -17,7 +17,7 @@ import pytest
 from conftest import wait_for
 
 from nsqpy.nsqd.storage import fsyncers, persistence
-from nsqpy.nsqd.storage.diskqueue import DiskQueue
+from nsqpy.nsqd.storage.diskqueue import DiskQueue, SyncJob
 
 
 class Gates:
@@ -61,13 +61,15 @@ def gates(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gates]:
         gate.set()
 
 
-async def start(tmp_path: Path) -> tuple[persistence.DiskStore, DiskQueue, list[str]]:
+async def start(
+    tmp_path: Path, sync_every: int = 1000
+) -> tuple[persistence.DiskStore, DiskQueue, list[str]]:
     store = persistence.DiskStore(
         asyncio.get_running_loop(),
         str(tmp_path),
         max_bytes_per_file=1 << 20,
         max_msg_size=1024,
-        sync_every=1000,
+        sync_every=sync_every,
         sync_timeout=60.0,
         durable=True,
         set_health=lambda _: None,
@@ -133,3 +135,35 @@ async def test_close_waits_for_every_round_under_way(tmp_path: Path, gates: Gate
     gates.gates[0].set()
     await closing
     assert answers == ["a:True", "b:True"]
+
+
+async def test_a_position_write_does_not_delay_a_waiting_publisher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable mode: the metadata (--sync-every) goes to a lane nobody waits for; a publish is
+    answered on its data fsync while a position write is stuck."""
+    lane_open = threading.Event()
+    lane_ran: list[int] = []
+    real_run_jobs = persistence._run_jobs
+
+    def stuck_run_jobs(jobs: list[SyncJob]) -> list[Exception]:
+        assert lane_open.wait(10)
+        lane_ran.append(len(jobs))
+        return real_run_jobs(jobs)
+
+    monkeypatch.setattr(persistence, "_run_jobs", stuck_run_jobs)
+    store, queue, answers = await start(tmp_path, sync_every=1)  # every put is due
+    publish(store, queue, answers, "a")
+    await wait_for(lambda: store._lane_busy)  # the position job is under way, stuck
+    await wait_for(lambda: answers == ["a:True"])
+    publish(store, queue, answers, "b")
+    await wait_for(lambda: answers == ["a:True", "b:True"])
+    assert lane_ran == [] and not meta_exists(tmp_path)
+    lane_open.set()
+    await wait_for(lambda: len(lane_ran) >= 1 and not store._lane_busy)
+    assert meta_exists(tmp_path)
+    await store.close([queue])
+
+
+def meta_exists(path: Path) -> bool:
+    return (path / "t.diskqueue.meta.dat").exists()
