@@ -13,10 +13,11 @@ Reported: the sustained rate between 10% and 90% FINished (JVM warm-up excluded)
 the whole run, and Spark's per-batch timings. ``--mode`` picks the source's way to read (its
 ``mode`` option: ``lease``, executors read nsqd leases; ``driver``, every message passes through
 the driver-side runner); ``both`` alternates them, ``--rounds`` times each, on a fresh nsqd
-and preload per run, so that a busy moment of the machine hits both alike. The machine's load
-average is recorded before and after each run. ``--profile N`` samples the driver-side source runner
-(the one Python process every message passes through) with py-spy for N seconds mid-run and prints
-its hottest functions. Target (issue 7, 2-core machine): >= 100k msg/s.
+and preload per run, so that a busy moment of the machine hits both alike, after an unreported
+warm-up run (``--warmup``: the JVM's JIT would favour whichever mode ran second). The machine's
+load average is recorded before and after each run. ``--profile N`` samples the driver-side
+source runner (the one Python process every message passes through driver-side) with py-spy for
+N seconds mid-run and prints its hottest functions. Target (issue 7, 2-core machine): >= 100k msg/s.
 """
 
 from __future__ import annotations
@@ -195,9 +196,15 @@ def main() -> int:
     ap.add_argument("--mode", choices=("lease", "driver", "both"), default="both",
                     help="the source's way to read; both: alternate them")
     ap.add_argument("--rounds", type=int, default=1, help="runs per mode")
+    ap.add_argument("--warmup", type=int, default=300_000,
+                    help="messages of an unreported first run (the JVM's JIT is then warm for "
+                    "every reported run; 0: none)")
     args = ap.parse_args()
 
     modes = ["lease", "driver"] if args.mode == "both" else [args.mode]
+    if args.warmup:
+        print("warm-up run (not reported)", flush=True)
+        run_once(argparse.Namespace(**{**vars(args), "messages": args.warmup}), modes[-1])
     results = []
     for _ in range(args.rounds):
         for mode in modes:

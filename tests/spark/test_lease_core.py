@@ -38,6 +38,8 @@ class FakeLinks:
     calls: list[tuple[str, float]] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     arrive_after_waits: int = -1  # a message comes during the n-th waiting reserve
+    prefetched: list[str] = field(default_factory=list)
+    run_prefetch: bool = False
 
     def caps(self) -> dict[str, int]:
         return {a: n.cap for a, n in self.nsqds.items() if n.up}
@@ -66,6 +68,11 @@ class FakeLinks:
             if taken:  # a reserve that took nothing keeps no lease
                 nsqd.leases[ask.name] = taken
         return LeaseRef(ask.nsqd, ask.name, len(taken), sum(taken))
+
+    def prefetch(self, asks: Sequence[Ask], *, ttl: float, before_ns: int) -> None:
+        self.prefetched.extend(a.name for a in asks)
+        if self.run_prefetch:
+            self.reserve(asks, wait=0.0, ttl=ttl, before_ns=before_ns)
 
     def finish(self, leases: Sequence[LeaseRef]) -> Finished:
         result = Finished()
@@ -266,3 +273,18 @@ def test_a_fetched_lease_becomes_the_arrow_batch_spark_expects() -> None:
     assert batch.column("attempts").to_pylist() == [1, 65535, 2]
     assert batch.column("nsqd").to_pylist() == [A] * 3
     assert batch.column("channel").to_pylist() == ["c"] * 3
+
+
+def test_the_next_batch_is_reserved_ahead_under_the_names_it_is_then_planned_with() -> None:
+    core, links = make(A)
+    links.run_prefetch = True
+    links.nsqds[A].queue.extend([1] * 10)
+    first = core.latest(LeaseOffset("q0"), Limits(4, 100))
+    assert first is not None and first.count == 4
+    ahead = list(links.prefetched)
+    assert len(ahead) == 2 and all(name.startswith("q0.2.") for name in ahead)
+    assert len(links.nsqds[A].queue) == 2  # batch 2's 4 were taken ahead
+    links.nsqds[A].queue.extend([1] * 5)  # newer messages do not change batch 2
+    second = core.latest(first, Limits(4, 100))
+    assert second is not None and [r.name for r in second.leases] == ahead
+    assert second.count == 4 and len(links.nsqds[A].queue) == 3  # ... and batch 3's ahead

@@ -64,6 +64,10 @@ class Links(Protocol):
         """One LeaseRef per ask (count 0: empty or unreachable); ClosedName if one is closed."""
         ...
 
+    def prefetch(self, asks: Sequence[Ask], *, ttl: float, before_ns: int) -> None:
+        """Reserve ``asks`` at once (no wait) in the background; errors are only logged."""
+        ...
+
     def finish(self, leases: Sequence[LeaseRef]) -> Finished: ...
 
     def close(self) -> None: ...
@@ -92,6 +96,7 @@ class LeaseCore:
         self.cut_ns = 0
         self.stats = LeaseStats()
         self._planned: tuple[LeaseOffset | Offset, LeaseOffset] | None = None
+        self._caps: dict[str, int] = {}
         self._finished: list[tuple[str, int]] = []
         self._retry: list[LeaseRef] = []
 
@@ -124,7 +129,17 @@ class LeaseCore:
         self.stats.batches += 1
         self.stats.leases += len(leases)
         self.stats.messages += end.count
+        self._prefetch(query, batch + 2, limits)
         return end
+
+    def _prefetch(self, query: str, batch: int, limits: Limits) -> None:
+        """Reserve the next batch's leases while Spark runs this one: nsqd fills them off the
+        critical path, and the next plan asks for the same names and finds them sealed (nsqd
+        gives a lease back as it is). Should the query stop first, they are a crashed plan's
+        leases: the next run asks for them, or they expire."""
+        asks = lease_plan.asks(query, batch, self._caps, limits, self.opts.num_partitions)
+        if asks:
+            self.links.prefetch(asks, ttl=self.opts.lease_ttl, before_ns=self.cut_ns)
 
     def partitions(self, end: LeaseOffset) -> list[lease_plan.LeaseSplit]:
         return lease_plan.splits(end.leases, self.opts.num_partitions)
@@ -148,7 +163,8 @@ class LeaseCore:
         """Reserve the batch's leases at once; if all come back empty, wait for messages in
         steps of one waiting lease per nsqd, up to ``pollTimeout``; then reserve them all."""
         opts = self.opts
-        planned = lease_plan.asks(query, batch, self.links.caps(), limits, opts.num_partitions)
+        self._caps = self.links.caps()
+        planned = lease_plan.asks(query, batch, self._caps, limits, opts.num_partitions)
         if not planned:
             time.sleep(opts.poll_timeout)  # no nsqd (yet): do not spin
             return []

@@ -101,6 +101,17 @@ class LeaseLinks:
             self._drop({ask.nsqd for ask in asks})
             return [LeaseRef(a.nsqd, a.name, 0, 0) for a in asks]
 
+    def prefetch(self, asks: Sequence[Ask], *, ttl: float, before_ns: int) -> None:
+        if self._thread is not None:
+            asyncio.run_coroutine_threadsafe(self._prefetch(asks, ttl, before_ns),
+                                             self._thread.loop)  # fmt: skip
+
+    async def _prefetch(self, asks: Sequence[Ask], ttl: float, before_ns: int) -> None:
+        try:
+            await _bounded(self._reserve_all(asks, 0.0, ttl, before_ns), IO_TIMEOUT)
+        except (ClosedName, TimeoutError, NSQError, OSError) as exc:  # the next plan asks again
+            log.info("nsq source: reserving the next batch ahead failed: %r", exc)
+
     def finish(self, leases: Sequence[LeaseRef]) -> Finished:
         try:
             return self._run(self._finish_all(leases), IO_TIMEOUT)
