@@ -35,6 +35,9 @@ log = logging.getLogger("nsqpy.spark")
 
 #: How long a round of commands may take beyond its wait before its connections are dropped.
 IO_TIMEOUT: Final = 30.0
+#: An nsqd that could not be reached is tried again after this long, not at every trigger (a
+#: dial that times out would slow every batch down).
+RECONNECT_INTERVAL: Final = 5.0
 _CLOSED: Final = frozenset({"E_LEASE_FINISHED", "E_LEASE_REQUEUED"})
 
 T = TypeVar("T")
@@ -55,6 +58,7 @@ class LeaseLinks:
         #: nsqds that answered IDENTIFY without leases
         self.unsupported: set[str] = set()
         self._errors: dict[str, str] = {}  # why an nsqd could not be reached, last time
+        self._retry_at: dict[str, float] = {}  # when to try an unreachable nsqd again
         #: fail (True: the query reads through leases) or only note an nsqd without leases
         self.strict = False
 
@@ -138,8 +142,10 @@ class LeaseLinks:
 
     async def _connect_all(self) -> None:
         await self._look_up()
+        now = time.monotonic()
         missing = [a for a in self._addresses
-                   if a not in self.unsupported and (a not in self._conns or self._conns[a].closed)]
+                   if a not in self.unsupported and self._retry_at.get(a, 0.0) <= now
+                   and (a not in self._conns or self._conns[a].closed)]
         await asyncio.gather(*(self._connect(a) for a in missing))  # fmt: skip
 
     async def _connect(self, address: str) -> None:
@@ -149,6 +155,7 @@ class LeaseLinks:
         except (NSQError, OSError, ValueError) as exc:
             log.warning("nsq source: cannot connect to nsqd %s: %s", address, exc)
             self._errors[address] = str(exc)
+            self._retry_at[address] = time.monotonic() + RECONNECT_INTERVAL
             return
         if not conn.leases_supported:
             conn.close()
