@@ -212,10 +212,10 @@ def fill(channel, client, double now):
             msg = channel._pop_queued(now, room)
             if msg is None:
                 break
-            _send_one(channel, client, msg, now)
+            channel._send(client, msg, now)
             continue
         if client.sample_rate:
-            _send_one(channel, client, materialize(popleft()), now)
+            channel._send(client, materialize(popleft()), now)
             continue
         take = len(queue)
         if take > room:
@@ -237,19 +237,6 @@ def fill(channel, client, double now):
         client.message_count += take
         channel.in_flight_count += take
         client.write_messages(run)
-
-
-cdef _send_one(channel, client, msg, double now):
-    if client.sample_rate:
-        channel._send(client, msg, now)
-        return
-    msg.attempts += 1
-    msg.delivery_ts = now
-    msg.deadline = now + <double>client.msg_timeout
-    client.in_flight[msg.id] = msg
-    client.message_count += 1
-    channel.in_flight_count += 1
-    client.write_message(msg)
 
 
 def finish_many(channel, client, list ids, double now):

@@ -391,7 +391,7 @@ class Channel:
         self.queue.append(msg)
 
     def _send(self, client: ClientState, msg: Message, now: float) -> None:
-        # put_many and _fill inline this body on their hot paths: change all three.
+        # put_many and _fill inline this body for runs of messages: change all three.
         if client.sample_rate and random.randrange(100) > client.sample_rate:
             self._forget(msg)  # sampled out: taken off the queue and dropped, as nsqd does
             return
@@ -831,10 +831,10 @@ def py_fill(channel: Channel, client: ClientState, now: float) -> None:
             next_msg = channel._pop_queued(now, room)  # reads a batch into the queue
             if next_msg is None:
                 break
-            _send_one(channel, client, next_msg, now)
+            channel._send(client, next_msg, now)
             continue
         if client.sample_rate:
-            _send_one(channel, client, materialize(queue.popleft()), now)
+            channel._send(client, materialize(queue.popleft()), now)
             continue
         run: list[Message] = []
         for _ in range(min(room, len(queue), TURN)):
@@ -851,20 +851,6 @@ def py_fill(channel: Channel, client: ClientState, now: float) -> None:
         client.message_count += len(run)
         channel.in_flight_count += len(run)
         client.write_messages(run)
-
-
-def _send_one(channel: Channel, client: ClientState, msg: Message, now: float) -> None:
-    """``_send`` (sampling included) for a single message of ``py_fill``."""
-    if client.sample_rate:
-        channel._send(client, msg, now)
-        return
-    msg.attempts += 1
-    msg.delivery_ts = now
-    msg.deadline = now + client.msg_timeout
-    client.in_flight[msg.id] = msg
-    client.message_count += 1
-    channel.in_flight_count += 1
-    client.write_message(msg)
 
 
 def py_finish_many(
