@@ -9,18 +9,23 @@ API that predates dead letters, so the same file measures an older tree:
     PYTHONPATH=/path/to/other/src python -m benchmarks.bench_channel
 
 ``--policy`` gives the channel max_attempts 5 and a 1h message TTL (the on-path cost).
+``--frames`` frames every delivery into a buffer with the TCP adapter's ``MessageSink`` (its
+``write_many`` for a run where the tree has it), as a connection does, instead of only
+collecting ids.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import time
 from collections.abc import Callable
 
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.client import ClientState
 from nsqpy.nsqd.core.message import Message
+from nsqpy.protocol.frames import MessageSink
 
 BATCH = 100  # messages per MPUB / per read's FINs
 RDY = 2500  # bench_reader's window
@@ -48,7 +53,10 @@ class Reader:
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
         self.got: list[bytes] = []
-        self.state = ClientState(1, self._write, msg_timeout=60.0)
+        if FRAMES:
+            self.state = _framing_client()
+        else:
+            self.state = ClientState(1, self._write, msg_timeout=60.0)
         channel.add_client(self.state)
 
     def _write(self, msg: Message) -> None:
@@ -57,10 +65,39 @@ class Reader:
     def drain(self, count: int) -> None:
         channel, state, done = self.channel, self.state, 0
         while done < count:
-            ids, self.got = self.got, []
+            ids, self.got = (list(state.in_flight), []) if FRAMES else (self.got, [])
             for i in range(0, len(ids), BATCH):
                 channel.finish_many(state, ids[i : i + BATCH], NOW)
             done += len(ids)
+
+    def pending(self) -> int:
+        return len(self.state.in_flight) if FRAMES else len(self.got)
+
+
+class _Buffer:
+    """A connection's output side, as MessageSink fills it; a flush drops the bytes."""
+
+    def __init__(self) -> None:
+        self._out = bytearray()
+        self.flush_pending = False
+
+    def flush(self) -> None:
+        self.flush_pending = False
+        self._out = bytearray()
+
+    def request_flush(self) -> None:
+        self.flush_pending = True
+
+
+def _framing_client() -> ClientState:
+    sink = MessageSink(_Buffer(), 65536)
+    if "write_messages" in inspect.signature(ClientState).parameters:
+        return ClientState(1, sink.write, sink.write_many, msg_timeout=60.0)  # type: ignore[call-arg]
+    return ClientState(1, sink.write, msg_timeout=60.0)
+
+
+#: --frames (set by main)
+FRAMES = False
 
 
 def timed(run: Callable[[], int]) -> float:
@@ -109,7 +146,7 @@ def pubsub(count: int, policy: bool) -> float:
     def run() -> int:
         for i in range(0, count, BATCH):
             channel.put_many(msgs[i : i + BATCH], NOW)
-            reader.drain(len(reader.got))
+            reader.drain(reader.pending())
         return count
 
     return timed(run)
@@ -124,7 +161,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7, help="runs per scenario; best kept")
     parser.add_argument("--policy", action="store_true", help="max_attempts 5, message_ttl 1h")
     parser.add_argument("--label", default="", help="printed before each line")
+    parser.add_argument("--frames", action="store_true", help="frame deliveries (MessageSink)")
     args = parser.parse_args()
+    global FRAMES
+    FRAMES = args.frames
     for name, scenario in SCENARIOS.items():
         best = min(scenario(args.count, args.policy) for _ in range(args.repeat))
         print(f"{args.label}{name:7} {best:7.1f} ns/msg {1e9 / best:>12,.0f} msg/s")
