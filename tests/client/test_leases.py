@@ -54,6 +54,9 @@ async def test_reserve_then_fetch_from_another_connection_then_finish(nsqd: NSQD
     assert (frames.count, len(frames.bodies)) == (2, 6) and all(len(m.id) == 16 for m in got)
     again = await planner.fetch("t", "c", "q.1")
     assert again.messages() == got  # any connection, the same messages
+    columns = await planner.fetch_columns("t", "c", "q.1")  # the same, column by column
+    assert (columns.count, bytes(columns.bodies), bytes(columns.ids)) == (
+        2, b"onetwo", got[0].id + got[1].id)  # fmt: skip
 
     await executor.finish_lease("t", "c", "q.1")
     await executor.finish_lease("t", "c", "q.1")  # idempotent

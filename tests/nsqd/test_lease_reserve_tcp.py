@@ -1,12 +1,14 @@
-"""LEASE_RESERVE (nsqpy extension) on a real nsqd: the planner's form of LEASE.
+"""LEASE_RESERVE and LEASE_COLUMNS (nsqpy extensions) on a real nsqd: the Spark source's forms.
 
-It answers ``LEASED`` alone, lets a lease that sealed empty go (so a planner can poll an idle
-channel under one name), and bounds a new lease by publish time (``before_ns``).
+LEASE_RESERVE answers ``LEASED`` alone, lets a lease that sealed empty go (so a planner can poll
+an idle channel under one name), and bounds a new lease by publish time (``before_ns``).
+LEASE_COLUMNS answers a lease's messages column by column in one frame.
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 
 import aiohttp
 from test_dead_letter_api import channel_stats, http
@@ -15,6 +17,7 @@ from test_lease_tcp import leasing, read_lease
 from v2client import RawV2
 
 from nsqpy.nsqd.app import NSQD
+from nsqpy.protocol import lease_columns
 
 
 async def test_reserve_answers_leased_alone_and_executors_fetch_the_same_lease(
@@ -138,3 +141,48 @@ async def test_reserve_errors_are_not_fatal_and_it_needs_negotiation(nsqd: NSQD)
         plain.cmd("LEASE_RESERVE t c r 1 0 0")
         assert await plain.error() == b"E_INVALID invalid command LEASE_RESERVE"
         assert await plain.closed()
+
+
+def numbers(code: str, column: memoryview) -> list[int]:
+    """A little-endian column (this machine's order, as the tests run on x86)."""
+    out = array(code)
+    out.frombytes(column)
+    return out.tolist()
+
+
+async def test_lease_columns_gives_the_same_messages_in_one_frame(nsqd: NSQD) -> None:
+    async with aiohttp.ClientSession() as session:
+        await setup(http(session, nsqd), b"one", b"2", b"three" * 100)
+        conn = await leasing(nsqd.tcp_port)
+        conn.cmd("LEASE t c l 10 0 0")
+        frames, done = await read_lease(conn)
+        conn.cmd("LEASE_COLUMNS t c l")
+        frame = await conn.frame()
+        assert frame.frame_type == 0  # one response frame, no message frames
+        columns = lease_columns.decode(frame.data)
+        assert (columns.name, columns.count) == ("l", 3)
+        assert frame.data.startswith(b"LEASED_COLUMNS l 3 504\n") and done == b"LEASED l 3 504"
+        ends = numbers("q", columns.ends)
+        bodies = bytes(columns.bodies)
+        assert [bodies[a:b] for a, b in zip([0, *ends], ends, strict=False)] == [
+            m.body for m in frames
+        ]
+        ids = bytes(columns.ids)
+        assert [ids[i : i + 16] for i in range(0, 48, 16)] == [m.id for m in frames]
+        assert numbers("q", columns.timestamps) == [m.timestamp for m in frames]
+        assert numbers("H", columns.attempts) == [m.attempts for m in frames] == [1, 1, 1]
+
+        for line, expected in [
+            ("LEASE_COLUMNS t c l 10 0 0",
+             b"E_INVALID LEASE_COLUMNS invalid number of parameters"),
+            ("LEASE_COLUMNS t c nope",
+             b"E_LEASE_NOT_FOUND LEASE_COLUMNS nope failed LEASE_NOT_FOUND"),
+        ]:  # fmt: skip
+            conn.cmd(line)
+            assert await conn.error() == expected
+        conn.cmd("LEASE t c empty 10 0 0")  # a plain lease that took nothing
+        assert await read_lease(conn) == ([], b"LEASED empty 0 0")
+        conn.cmd("LEASE_COLUMNS t c empty")
+        empty = lease_columns.decode((await conn.frame()).data)
+        assert (empty.count, bytes(empty.bodies)) == (0, b"")
+        await conn.close()

@@ -22,6 +22,14 @@ ALL = Limits(5000, 1 << 30)
 
 
 @dataclass
+class FakeMessage:
+    body: bytes
+    id: bytes
+    timestamp: int
+    attempts: int
+
+
+@dataclass
 class FakeNsqd:
     """Queued message sizes and leases by name, as nsqd keeps them."""
 
@@ -128,6 +136,9 @@ def test_the_budget_is_split_exactly_over_nsqds_leases_and_caps() -> None:
     # a budget far above the cap: a bounded number of full leases
     asks = lease_plan.asks("q", 3, {A: 100}, Limits(1 << 30, 1 << 30), num_partitions=2)
     assert len(asks) == lease_plan.MAX_LEASES_PER_NSQD and {a.count for a in asks} == {100}
+    # a lease stays small enough for one LEASE_COLUMNS frame
+    asks = lease_plan.asks("q", 3, {A: 10**6}, Limits(10**6, 100 << 20), num_partitions=1)
+    assert len(asks) == 5 and max(a.max_bytes for a in asks) <= lease_plan.MAX_LEASE_BYTES
     assert lease_plan.asks("q", 3, {}, ALL, 2) == []
 
 
@@ -247,29 +258,21 @@ def test_available_now_reserves_with_the_cut() -> None:
 
 def test_a_fetched_lease_becomes_the_arrow_batch_spark_expects() -> None:
     pa = pytest.importorskip("pyarrow")
-    from array import array
-
-    from nsqpy.client.leases import LeasedFrames
-    from nsqpy.protocol.frames import encode_message
+    from nsqpy.protocol import lease_columns
     from nsqpy.spark import payload
     from nsqpy.spark.lease_read import to_payload
 
-    sent = [(b"0123456789abcdef", b"", 1_700_000_000_123_456_789, 1),
-            (b"fedcba9876543210", b"x" * 300, 1_700_000_001_000_000_999, 65535),
-            (b"00000000000000ff", b"last", 5_000, 2)]  # fmt: skip
-    heads, bodies, ends = b"", b"", array("q")
-    for msg_id, body, stamp, attempts in sent:
-        frame = encode_message(stamp, attempts, msg_id, body)
-        heads += frame[8:34]  # after the frame's size and type: timestamp, attempts, id
-        bodies += frame[34:]
-        ends.append(len(bodies))
-    frames = LeasedFrames("l", heads, bodies, ends)
-    assert [(m.id, m.body, m.timestamp, m.attempts) for m in frames.messages()] == sent
-    batch = payload.to_record_batch(to_payload(frames, "t", "c", A))
+    sent = [FakeMessage(b"", b"0123456789abcdef", 1_700_000_000_123_456_789, 1),
+            FakeMessage(b"x" * 300, b"fedcba9876543210", 1_700_000_001_000_000_999, 65535),
+            FakeMessage(b"last", b"00000000000000ff", 5_000, 2)]  # fmt: skip
+    columns = lease_columns.decode(lease_columns.encode("l", sent))
+    assert (columns.name, columns.count) == ("l", 3)
+    batch = payload.to_record_batch(to_payload(columns, "t", "c", A))
     assert batch.schema.equals(payload.arrow_schema())
-    assert batch.column("id").to_pylist() == [s[0].decode() for s in sent]
-    assert batch.column("body").to_pylist() == [s[1] for s in sent]
-    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [s[2] // 1000 for s in sent]
+    assert batch.column("id").to_pylist() == [m.id.decode() for m in sent]
+    assert batch.column("body").to_pylist() == [m.body for m in sent]
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [m.timestamp // 1000
+                                                                        for m in sent]  # fmt: skip
     assert batch.column("attempts").to_pylist() == [1, 65535, 2]
     assert batch.column("nsqd").to_pylist() == [A] * 3
     assert batch.column("channel").to_pylist() == ["c"] * 3

@@ -10,6 +10,7 @@ says whether nsqd agreed. It needs no SUB::
     reserved = await conn.reserve("events", "spark", "q1.7.0", count=500, max_bytes=0,
                                   wait=0.0, ttl=600.0)           # sized on the planner
     frames = await conn.fetch("events", "spark", "q1.7.0")      # read anywhere, any times
+    columns = await conn.fetch_columns("events", "spark", "q1.7.0")  # the same, as columns
     await conn.finish_lease("events", "spark", "q1.7.0")
 
 nsqd writes a lease's message frames and its ``LEASED`` response together, so the frames that
@@ -34,8 +35,9 @@ from typing import Final, NamedTuple
 from nsqpy.client.config import Config
 from nsqpy.client.connection import MAX_FRAME_SIZE, Delegate, NsqdConnection
 from nsqpy.client.errors import ProtocolError, ServerError
-from nsqpy.protocol import commands
+from nsqpy.protocol import commands, lease_columns
 from nsqpy.protocol.constants import FRAME_TYPE_MESSAGE, OK
+from nsqpy.protocol.lease_columns import LeaseColumns
 
 #: A message frame's payload: timestamp (int64 ns), attempts (uint16), id (16 bytes), body.
 HEAD: Final = struct.Struct(">qH16s")
@@ -121,6 +123,17 @@ class LeaseConnection(NsqdConnection):
         if (found.count, found.size) != (len(ends), len(bodies)):
             raise ProtocolError(f"{self.address}: {reply!r} after {len(ends)} message frames")
         return LeasedFrames(found.name, bytes(heads), bytes(bodies), ends)
+
+    async def fetch_columns(self, topic: str, channel: str, name: str) -> LeaseColumns:
+        """The messages of the lease ``name`` (which must exist) column by column, in one
+        frame (``nsqpy.protocol.lease_columns``): LEASE_COLUMNS."""
+        async with self._gate:
+            answer = self.command(commands.lease_columns(topic, channel, name))
+        reply = await self._await(answer)
+        try:
+            return lease_columns.decode(reply)
+        except lease_columns.ColumnsError as exc:
+            raise ProtocolError(f"{self.address}: {exc}") from None
 
     async def reserve(
         self,

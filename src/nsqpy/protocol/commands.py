@@ -110,6 +110,11 @@ def lease_reserved(topic: bytes | str, channel: bytes | str, name: bytes | str) 
     return b"LEASE_RESERVE %s %s %s\n" % (_b(topic), _b(channel), _b(name))
 
 
+def lease_columns(topic: bytes | str, channel: bytes | str, name: bytes | str) -> bytes:
+    """LEASE_COLUMNS of a lease that exists: one frame, its messages column by column."""
+    return b"LEASE_COLUMNS %s %s %s\n" % (_b(topic), _b(channel), _b(name))
+
+
 def lease_fin(topic: bytes | str, channel: bytes | str, name: bytes | str) -> bytes:
     return b"LEASE_FIN %s %s %s\n" % (_b(topic), _b(channel), _b(name))
 

@@ -4,7 +4,7 @@ A batch asks every nsqd for leases named after (query token, batch number, nsqd,
 that planning the same batch again after a crash asks for the same leases, which nsqd hands
 back with the same messages. The batch's count and byte budget is split evenly over the nsqds
 and, on each, over enough leases for ``numPartitions`` tasks, none above the nsqd's
-``--max-rdy-count`` (nsqd's limit on a lease's count).
+``--max-rdy-count`` (nsqd's limit on a lease's count) nor the size one frame can carry.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from nsqpy.spark.offsets import LeaseRef
 #: At most this many leases per nsqd and batch: a budget that would need more (a count far
 #: above the nsqd's --max-rdy-count) makes a smaller batch instead.
 MAX_LEASES_PER_NSQD: Final = 64
+#: A lease's size, at most: its LEASE_COLUMNS answer is one frame, which must stay within the
+#: client's limit (64 MiB) with room for one message over the byte limit (nsqd lets a lease
+#: take its first message whatever its size).
+MAX_LEASE_COUNT: Final = 500_000
+MAX_LEASE_BYTES: Final = 24 * 1024 * 1024
 #: How long one waiting reserve may wait: an idle source then starts a batch within about
 #: this much (plus nsqd's 100 ms queue scan) of the first message.
 WAIT_STEP: Final = 0.25
@@ -63,10 +68,11 @@ def asks(
     for nsqd, count in zip(nsqds, counts, strict=True):
         if count == 0:
             continue
-        cap = max(1, caps[nsqd])
-        leases = min(max(tasks_each, math.ceil(count / cap)), count, MAX_LEASES_PER_NSQD)
+        cap = max(1, min(caps[nsqd], MAX_LEASE_COUNT))
+        needed = max(tasks_each, math.ceil(count / cap), math.ceil(byte_share / MAX_LEASE_BYTES))
+        leases = min(needed, count, MAX_LEASES_PER_NSQD)
         count = min(count, leases * cap)
-        each_bytes = max(1, math.ceil(byte_share / leases))
+        each_bytes = max(1, min(MAX_LEASE_BYTES, math.ceil(byte_share / leases)))
         out.extend(
             Ask(nsqd, lease_name(query, batch, nsqd, i), n, each_bytes)
             for i, n in enumerate(_spread(count, leases))

@@ -2,8 +2,8 @@
 
 The task opens a ``LeaseConnection`` to each nsqd of its leases, asks for all of them at once
 (nsqd encodes the next lease while this process turns the previous one into Arrow) and yields
-one RecordBatch per lease. A lease arrives as a buffer of headers and one of bodies, which
-become Arrow columns with numpy, without a Python loop per row.
+one RecordBatch per lease. A lease arrives column by column in one frame (``LEASE_COLUMNS``),
+which becomes Arrow columns with numpy, without a Python loop per row.
 
 A lease that is gone (its TTL passed before the batch was committed, or nsqd restarted) gives
 no rows: nsqd has put its messages back, and a later batch reads them. That is logged with
@@ -13,15 +13,15 @@ the count. Any other failure fails the task; Spark's retry fetches the same leas
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from nsqpy.client.errors import LeaseError
-from nsqpy.client.leases import HEAD, LeaseConnection, LeasedFrames
+from nsqpy.client.leases import LeaseConnection
 from nsqpy.client.sync import LoopThread
+from nsqpy.protocol.lease_columns import LeaseColumns
 from nsqpy.spark import payload
 from nsqpy.spark.lease_plan import LeaseSplit
 from nsqpy.spark.offsets import LeaseRef
@@ -44,16 +44,16 @@ def read_split(opts: ReadOptions, split: LeaseSplit) -> Iterator[pa.RecordBatch]
     thread = LoopThread()
     conns: dict[str, LeaseConnection] = {}
     try:
-        pending: list[tuple[LeaseRef, Future[LeasedFrames]]] = []
+        pending: list[tuple[LeaseRef, Future[LeaseColumns]]] = []
         for ref in split.leases:
             conn = conns.get(ref.nsqd)
             if conn is None:
                 conn = conns[ref.nsqd] = thread.run(_open(opts, ref.nsqd))
-            fetch = conn.fetch(opts.topic, opts.channel, ref.name)
+            fetch = conn.fetch_columns(opts.topic, opts.channel, ref.name)
             pending.append((ref, asyncio.run_coroutine_threadsafe(fetch, thread.loop)))
         for ref, future in pending:
             try:
-                frames = future.result(FETCH_TIMEOUT)
+                columns = future.result(FETCH_TIMEOUT)
             except LeaseError as err:
                 if not err.gone:
                     raise
@@ -61,8 +61,8 @@ def read_split(opts: ReadOptions, split: LeaseSplit) -> Iterator[pa.RecordBatch]
                             "from it; nsqd delivers its messages again", ref.name, ref.nsqd,
                             ref.count, err.code)  # fmt: skip
                 continue
-            if frames.count:
-                yield payload.to_record_batch(to_payload(frames, opts.topic, opts.channel,
+            if columns.count:
+                yield payload.to_record_batch(to_payload(columns, opts.topic, opts.channel,
                                                          ref.nsqd))  # fmt: skip
     finally:
         for conn in conns.values():
@@ -78,33 +78,22 @@ async def _open(opts: ReadOptions, address: str) -> LeaseConnection:
     return conn
 
 
-def to_payload(frames: LeasedFrames, topic: str, channel: str, nsqd: str) -> payload.Payload:
-    """The lease's messages as the flat buffers of a Payload (see payload.py): the bodies as
-    they are, the headers through numpy."""
+def to_payload(columns: LeaseColumns, topic: str, channel: str, nsqd: str) -> payload.Payload:
+    """The lease's columns as the flat buffers of a Payload (see payload.py)."""
     import numpy as np
 
-    heads = np.frombuffer(frames.heads, dtype=_heads_dtype())
-    offsets = np.zeros(frames.count + 1, dtype="<i4")
-    offsets[1:] = np.frombuffer(frames.ends, dtype=np.int64)
+    count = columns.count
+    offsets = np.zeros(count + 1, dtype="<i4")
+    offsets[1:] = np.frombuffer(columns.ends, dtype="<i8")
     return payload.Payload(
-        count=frames.count,
+        count=count,
         topic=topic,
         channel=channel,
-        ids=heads["id"].tobytes(),
-        bodies=frames.bodies,
+        ids=bytes(columns.ids),
+        bodies=bytes(columns.bodies),
         body_offsets=offsets.tobytes(),
-        timestamps_us=(heads["timestamp"] // 1000).astype("<i8").tobytes(),
-        attempts=heads["attempts"].astype("<i4").tobytes(),
-        nsqd_index=bytes(2 * frames.count),
+        timestamps_us=(np.frombuffer(columns.timestamps, dtype="<i8") // 1000).tobytes(),
+        attempts=np.frombuffer(columns.attempts, dtype="<u2").astype("<i4").tobytes(),
+        nsqd_index=bytes(2 * count),
         nsqd_names=(nsqd,),
     )
-
-
-@functools.cache
-def _heads_dtype() -> Any:
-    """A message header (``HEAD``) as a numpy record: big-endian, as on the wire."""
-    import numpy as np
-
-    dtype = np.dtype([("timestamp", ">i8"), ("attempts", ">u2"), ("id", "S16")])
-    assert dtype.itemsize == HEAD.size
-    return dtype

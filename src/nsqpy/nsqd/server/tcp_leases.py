@@ -8,6 +8,7 @@ They need no SUB and work in any state, from any connection::
     LEASE <topic> <channel> <lease>             (a lease that exists)
     LEASE_RESERVE <topic> <channel> <lease> <count> <bytes> <wait_ms> [<ttl_ms> [<before_ns>]]
     LEASE_RESERVE <topic> <channel> <lease>     (a lease that exists)
+    LEASE_COLUMNS <topic> <channel> <lease>     (a lease that exists)
     LEASE_FIN <topic> <channel> <lease>
     LEASE_REQ <topic> <channel> <lease> <delay_ms>
 
@@ -25,6 +26,10 @@ message keeps no lease (it is finished and forgotten at once), so an idle channe
 polled under the name of the next batch until messages come. ``before_ns`` (unix ns, 0: no
 bound) bounds the publish time of what a new lease takes: the first message published later
 stays at the head of the queue and the lease is full ("what was published before the run").
+
+``LEASE_COLUMNS`` is ``LEASE``'s short form answered with one response frame that holds the
+lease's messages column by column (``nsqpy.protocol.lease_columns``): what the Spark source's
+executors read, without a frame to parse per message.
 
 Leased messages are not in any connection's in-flight: ``FIN``/``REQ``/``TOUCH`` of their ids
 fail as for any id not in flight (``E_FIN_FAILED`` ..., non-fatal) and change nothing.
@@ -45,6 +50,7 @@ from typing import Final, Protocol
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.lease import Lease, LeaseBook, LeaseError, is_valid_lease_name
 from nsqpy.nsqd.server.context import Daemon
+from nsqpy.protocol import lease_columns
 from nsqpy.protocol.errors import ClientError
 from nsqpy.protocol.frames import encode_error, encode_message, encode_response
 from nsqpy.protocol.identify import ClientSettings
@@ -143,9 +149,11 @@ def _lease(
     now: float,
     *,
     reserve: bool = False,
+    columns: bool = False,
 ) -> None:
-    cmd = "LEASE_RESERVE" if reserve else "LEASE"
-    topic, channel_name, name = _target(conn, cmd, params, (4, 7, 8, 9) if reserve else (4, 7, 8))
+    cmd = "LEASE_RESERVE" if reserve else "LEASE_COLUMNS" if columns else "LEASE"
+    counts = (4, 7, 8, 9) if reserve else (4,) if columns else (4, 7, 8)
+    topic, channel_name, name = _target(conn, cmd, params, counts)
     opts = conn.nsqd.opts
     max_ms = opts.max_msg_timeout // _MS
     count = max_bytes = None
@@ -160,7 +168,8 @@ def _lease(
         if len(params) > 8:
             before = _number(cmd, "before", params[8], 0, (1 << 63) - 1)
     if conn._auth_on and not conn._check_auth(
-        partial(_lease, conn, reserve=reserve), params, body, cmd, topic, channel_name
+        partial(_lease, conn, reserve=reserve, columns=columns), params, body, cmd, topic,
+        channel_name,
     ):
         return
     book = LeaseBook.of(_channel(conn, cmd, topic, channel_name, name))
@@ -171,7 +180,7 @@ def _lease(
     except LeaseError as err:
         code = "LEASE_NOT_FOUND" if err.code == "MISSING_ARG_COUNT" else err.code
         raise _failed(cmd, name, code) from None
-    answer = partial(_reserved, book, conn.loop) if reserve else _answer
+    answer = partial(_reserved, book, conn.loop) if reserve else _columns if columns else _answer
     if lease.sealed:
         _reply(conn, cmd, topic, answer(lease), lease)
     else:
@@ -182,6 +191,10 @@ def _answer(lease: Lease) -> bytes:
     frames = [encode_message(m.timestamp, m.attempts, m.id, m.body) for m in lease.messages]
     frames.append(_leased(lease))
     return b"".join(frames)
+
+
+def _columns(lease: Lease) -> bytes:
+    return encode_response(lease_columns.encode(lease.name, lease.messages))
 
 
 def _leased(lease: Lease) -> bytes:
@@ -282,6 +295,7 @@ _COMMANDS: Final[
 ] = {
     b"LEASE": _lease,
     b"LEASE_RESERVE": partial(_lease, reserve=True),
+    b"LEASE_COLUMNS": partial(_lease, columns=True),
     b"LEASE_FIN": _lease_fin,
     b"LEASE_REQ": _lease_req,
 }
