@@ -54,7 +54,7 @@ async def channel_stats(nsqd: NsqdProcess, topic: str, channel: str) -> dict[str
     return found
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 10.0) -> None:
+async def eventually(check: Callable[[], Any], timeout: float = 30.0) -> None:
     async with asyncio.timeout(timeout):
         while not await check():
             await asyncio.sleep(POLL)
