@@ -11,7 +11,9 @@ GOMAXPROCS, ``--mem-queue-size=1000000``), on a fresh broker per run, in three p
 Brokers alternate (go, compiled, pure, go, compiled, pure, ...) so that a busy moment of the
 machine hits them all alike; the table shows each one's medians and its ratio to Go's.
 ``compiled`` runs nsqpy with its compiled core (``NSQPY_REQUIRE_COMPILED=1``), ``pure`` with
-``NSQPY_PURE_PYTHON=1``. The Go binaries come from ``/work/shared/tools/build-go-nsq.sh``.
+``NSQPY_PURE_PYTHON=1``; ``--brokers compiled,durable`` sets ``--durable`` (with
+``--mem-queue-size=0``) beside memory mode under NSQ's own load.
+The Go binaries come from ``/work/shared/tools/build-go-nsq.sh``.
 
     python -m benchmarks.bench_vs_go --go-bin /tmp/anch/nsq/bin --rounds 3 --runfor 5s
 """
@@ -31,18 +33,28 @@ import time
 import urllib.request
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 RESULTS_DIR = Path(__file__).parent / "results"
 _OPS = re.compile(r"([\d.]+)ops/s")
 PHASES = ("pub", "sub", "pubsub_in", "pubsub_out")
 
 
+#: What each broker name runs with besides the shared flags: ``durable`` is nsqpy's compiled
+#: core in ``--durable`` mode (every message on disk, a publish answered after its fsync),
+#: to set beside ``compiled`` under the same load; Go nsqd has no such mode.
+MEMORY_QUEUE: Final = ["--mem-queue-size=1000000"]
+DURABLE: Final = ["--durable", "--mem-queue-size=0"]
+
+
 def broker_command(name: str, go_bin: Path) -> tuple[list[str], dict[str, str]]:
     if name == "go":
-        return [str(go_bin / "nsqd")], {}
-    env = {"NSQPY_REQUIRE_COMPILED": "1"} if name == "compiled" else {"NSQPY_PURE_PYTHON": "1"}
-    return [sys.executable, "-m", "nsqpy.nsqd"], env
+        return [str(go_bin / "nsqd"), *MEMORY_QUEUE], {}
+    nsqpy = [sys.executable, "-m", "nsqpy.nsqd"]
+    if name == "pure":
+        return [*nsqpy, *MEMORY_QUEUE], {"NSQPY_PURE_PYTHON": "1"}
+    flags = DURABLE if name == "durable" else MEMORY_QUEUE
+    return [*nsqpy, *flags], {"NSQPY_REQUIRE_COMPILED": "1"}
 
 
 class Broker:
@@ -54,7 +66,6 @@ class Broker:
             self.proc = subprocess.Popen(
                 [
                     *cmd,
-                    "--mem-queue-size=1000000",
                     f"--data-path={self.data}",
                     "--tcp-address=127.0.0.1:0",
                     "--http-address=127.0.0.1:0",
