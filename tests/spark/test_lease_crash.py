@@ -46,7 +46,10 @@ def kill_group(driver: subprocess.Popen[bytes]) -> None:
 
 
 def python_workers(root: int) -> list[int]:
-    """Spark's Python workers under ``root``: processes forked by a ``pyspark.daemon``."""
+    """Spark's Python task workers under ``root``: processes forked by a ``pyspark.daemon``
+    that serves ``pyspark.worker`` (the default). Daemons for other worker modules
+    (``pyspark.sql.worker.*``: creating or planning the data source) fork the driver's helpers,
+    whose death fails the query instead of a task."""
     procs: dict[int, tuple[int, bytes]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -56,7 +59,7 @@ def python_workers(root: int) -> list[int]:
             except OSError:
                 continue
             procs[int(entry.name)] = (ppid, cmd)
-    daemons = {pid for pid, (_, cmd) in procs.items() if b"pyspark.daemon" in cmd}
+    daemons = {pid for pid, (_, cmd) in procs.items() if _task_daemon(cmd)}
 
     def under_root(pid: int) -> bool:
         while pid in procs and pid != root:
@@ -64,6 +67,14 @@ def python_workers(root: int) -> list[int]:
         return pid == root
 
     return [pid for pid in daemons if procs[pid][0] in daemons and under_root(pid)]
+
+
+def _task_daemon(cmdline: bytes) -> bool:
+    args = [arg for arg in cmdline.split(b"\0") if arg]
+    if b"pyspark.daemon" not in args:
+        return False
+    module = args[args.index(b"pyspark.daemon") + 1 :]
+    return module in ([], [b"pyspark.worker"])
 
 
 def assert_exactly_once(spark: SparkSession, tmp_path: Path, nsqd: Nsqd, topic: str,
