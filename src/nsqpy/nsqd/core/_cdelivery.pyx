@@ -134,6 +134,22 @@ def delivered(tuple item, double now, double timeout):
     return _delivered(item, now, now + timeout)
 
 
+cdef inline int _to_run(object item, dict in_flight, list run, object now,
+                        object deadline) except -1:
+    """A message of a run: in flight from ``now`` until ``deadline`` (fresh entries are made
+    into messages, requeued messages delivered again), then appended to ``run``."""
+    if PyTuple_Check(item):
+        msg = _delivered(<tuple>item, now, deadline)
+    else:
+        msg = item
+        msg.attempts += 1
+        msg.delivery_ts = now
+        msg.deadline = deadline
+    in_flight[msg.id] = msg
+    run.append(msg)
+    return 0
+
+
 #: channel.TURN: the most messages one client gets in one turn of ``deliver``.
 cdef Py_ssize_t TURN = 256
 
@@ -172,16 +188,7 @@ def deliver(channel, list msgs, double now):
         deadline = now + <double>client.msg_timeout
         run = []
         for j in range(i, i + take):
-            item = msgs[j]
-            if PyTuple_Check(item):
-                msg = _delivered(<tuple>item, now_obj, deadline)
-            else:
-                msg = item
-                msg.attempts += 1
-                msg.delivery_ts = now
-                msg.deadline = deadline
-            in_flight[msg.id] = msg
-            run.append(msg)
+            _to_run(msgs[j], in_flight, run, now_obj, deadline)
         client.message_count += take
         channel.in_flight_count += take
         client.write_messages(run)
@@ -224,16 +231,7 @@ def fill(channel, client, double now):
             take = TURN
         run = []
         for k in range(take):
-            item = popleft()
-            if PyTuple_Check(item):
-                msg = _delivered(<tuple>item, now_obj, deadline)
-            else:
-                msg = item
-                msg.attempts += 1
-                msg.delivery_ts = now
-                msg.deadline = deadline
-            in_flight[msg.id] = msg
-            run.append(msg)
+            _to_run(popleft(), in_flight, run, now_obj, deadline)
         client.message_count += take
         channel.in_flight_count += take
         client.write_messages(run)
