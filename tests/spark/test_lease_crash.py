@@ -77,6 +77,27 @@ def _task_daemon(cmdline: bytes) -> bool:
     return module in ([], [b"pyspark.worker"])
 
 
+def kill_workers_until_a_task_is_lost(
+    driver: subprocess.Popen[bytes], log: Path, root: int, wait: float
+) -> None:
+    """kill -9 task workers under ``root`` (waiting up to ``wait`` s for one) until Spark's
+    ``log`` shows a lost task; at most 10 kills. The driver must live through it."""
+    killed = 0
+    while "Lost task" not in log.read_text() and killed < 10:
+        wait_until(lambda: bool(python_workers(root)) or driver.poll() is not None, wait,
+                   "a Python worker running a task")  # fmt: skip
+        assert driver.poll() is None, log.read_text()[-3000:]
+        os.kill(python_workers(root)[0], signal.SIGKILL)
+        killed += 1
+        try:  # a worker idle between tasks dies unnoticed: kill another one then
+            wait_until(lambda: "Lost task" in log.read_text(), 3, "a lost task")
+        except AssertionError:
+            continue
+    # Spark words a killed worker's failure in more than one way ("Python worker exited
+    # unexpectedly", a reset connection, ...): what counts is that a task was lost to it
+    assert "Lost task" in log.read_text(), "no task was lost to the killed workers"
+
+
 def assert_exactly_once(spark: SparkSession, tmp_path: Path, nsqd: Nsqd, topic: str,
                         bodies: list[bytes]) -> None:  # fmt: skip
     rows = spark.read.parquet(str(tmp_path / "out")).collect()  # honours _spark_metadata
@@ -140,21 +161,8 @@ def test_executor_worker_killed_mid_batch_is_retried_exactly_once(
     # local[2,4]: a failed task is tried again up to 4 times, as on a cluster
     driver = start_driver(nsqd, "lworker", tmp_path, "--master", "local[2,4]", "--slow", "0.3",
                           "--available-now")  # fmt: skip
-    killed = 0
     try:
-        while "Lost task" not in log.read_text() and killed < 10:
-            wait_until(lambda: bool(python_workers(driver.pid)) or driver.poll() is not None,
-                       120, "a Python worker running a task")  # fmt: skip
-            assert driver.poll() is None, log.read_text()[-3000:]
-            os.kill(python_workers(driver.pid)[0], signal.SIGKILL)
-            killed += 1
-            try:  # a worker idle between tasks dies unnoticed: kill another one then
-                wait_until(lambda: "Lost task" in log.read_text(), 3, "a lost task")
-            except AssertionError:
-                continue
-        # Spark words a killed worker's failure in more than one way ("Python worker exited
-        # unexpectedly", a reset connection, ...): what counts is that a task was lost to it
-        assert "Lost task" in log.read_text(), "no task was lost to the killed workers"
+        kill_workers_until_a_task_is_lost(driver, log, driver.pid, 120)
         assert driver.wait(150) == 0, log.read_text()[-3000:]
     finally:
         kill_group(driver)

@@ -28,7 +28,7 @@ from nsqpy.spark.standalone import (
 from .conftest import NsqdFactory, numbered, publish
 from .daemons import wait_until
 from .test_crash import DRIVER
-from .test_lease_crash import assert_exactly_once, kill_group, python_workers
+from .test_lease_crash import assert_exactly_once, kill_group, kill_workers_until_a_task_is_lost
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -210,20 +210,7 @@ def test_lease_stream_on_a_cluster_survives_a_killed_executor_worker_exactly_onc
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
-        killed = 0
-        while "Lost task" not in log.read_text() and killed < 10:
-            wait_until(lambda: bool(python_workers(worker)) or driver.poll() is not None, 150,
-                       "an executor's Python worker")  # fmt: skip
-            assert driver.poll() is None, log.read_text()[-3000:]
-            os.kill(python_workers(worker)[0], signal.SIGKILL)
-            killed += 1
-            try:  # a worker idle between tasks dies unnoticed: kill another one then
-                wait_until(lambda: "Lost task" in log.read_text(), 3, "a lost task")
-            except AssertionError:
-                continue
-        # Spark words a killed worker's failure in more than one way ("Python worker exited
-        # unexpectedly", a reset connection, ...): what counts is that a task was lost to it.
-        assert "Lost task" in log.read_text(), "no task was lost to the killed workers"
+        kill_workers_until_a_task_is_lost(driver, log, worker, 150)
         assert driver.wait(150) == 0, log.read_text()[-3000:]
     finally:
         kill_group(driver)
