@@ -150,6 +150,34 @@ def test_write_many_flushes_mid_run_at_flush_at(impl: str) -> None:
     )
 
 
+@pytest.mark.parametrize("impl", ["python", "compiled"])
+def test_write_many_leaves_no_part_of_a_frame_when_a_message_is_bad(impl: str) -> None:
+    """The compiled sink grows the buffer for the whole run up front: a bad message must not
+    leave that room (zeros) behind, only the frames written before it."""
+    sink_cls = PyMessageSink if impl == "python" else compiled(WIRE).MessageSink
+    owner = _Owner()
+    bad = _Msg(9, 1, b"b" * 50)
+    bad.timestamp = "not a number"  # type: ignore[assignment]
+    with pytest.raises((TypeError, struct.error)):  # the twins word it differently
+        sink_cls(owner, 1 << 20).write_many([MSGS[0], bad, MSGS[1]])
+    m = MSGS[0]
+    assert bytes(owner._out) == encode_message(m.timestamp, m.attempts, m.id, m.body)
+
+
+@pytest.mark.parametrize("impl", ["python", "compiled"])
+@pytest.mark.parametrize("before", [0, 10, 600])
+def test_write_many_appends_to_what_the_buffer_holds(impl: str, before: int) -> None:
+    """A run may start on a buffer that already holds a response, or more than flush_at."""
+    sink_cls = PyMessageSink if impl == "python" else compiled(WIRE).MessageSink
+    owner = _Owner()
+    owner._out += b"r" * before
+    sink_cls(owner, 512).write_many(MSGS)
+    frames_ = b"".join(encode_message(m.timestamp, m.attempts & 0xFFFF, m.id, m.body) for m in MSGS)
+    flushed = b"".join(data for name, data in owner.calls if name == "flush")
+    assert flushed + bytes(owner._out) == b"r" * before + frames_
+    assert all(len(data) >= 512 for name, data in owner.calls if name == "flush")
+
+
 @given(st.lists(st.tuples(st.integers(0, 1 << 20), st.binary(max_size=300)), max_size=30))
 def test_message_sink_twins_write_many_alike(spec: list[tuple[int, bytes]]) -> None:
     c = compiled(WIRE)

@@ -79,16 +79,12 @@ def fin_run(bytes data, Py_ssize_t pos):
     return out
 
 
-cdef int _append_frame(bytearray out, int64_t timestamp, long attempts, object msg_id,
-                       object body) except -1:
-    """Append a message frame: [size][type 2][timestamp][attempts][id][body]."""
+cdef inline void _put_frame(uint8_t* p, int64_t timestamp, long attempts, object msg_id,
+                            object body):
+    """Write a message frame at ``p``: [size][type 2][timestamp][attempts][id][body]."""
     cdef Py_ssize_t id_len = PyBytes_GET_SIZE(msg_id)
     cdef Py_ssize_t body_len = PyBytes_GET_SIZE(body)
-    cdef Py_ssize_t start = PyByteArray_GET_SIZE(out)
     cdef uint64_t ts = <uint64_t>timestamp
-    cdef uint8_t* p
-    PyByteArray_Resize(out, start + 18 + id_len + body_len)
-    p = <uint8_t*>PyByteArray_AS_STRING(out) + start
     _put32(p, <uint32_t>(body_len + 30))
     _put32(p + 4, 2)
     _put32(p + 8, <uint32_t>(ts >> 32))
@@ -97,6 +93,14 @@ cdef int _append_frame(bytearray out, int64_t timestamp, long attempts, object m
     p[17] = <uint8_t>(attempts & 0xFF)
     memcpy(p + 18, PyBytes_AS_STRING(msg_id), id_len)
     memcpy(p + 18 + id_len, PyBytes_AS_STRING(body), body_len)
+
+
+cdef int _append_frame(bytearray out, int64_t timestamp, long attempts, object msg_id,
+                       object body) except -1:
+    """Append a message frame (see ``_put_frame``)."""
+    cdef Py_ssize_t start = PyByteArray_GET_SIZE(out)
+    PyByteArray_Resize(out, start + 18 + PyBytes_GET_SIZE(msg_id) + PyBytes_GET_SIZE(body))
+    _put_frame(<uint8_t*>PyByteArray_AS_STRING(out) + start, timestamp, attempts, msg_id, body)
     return 0
 
 
@@ -127,18 +131,40 @@ cdef class MessageSink:
 
     def write_many(self, list msgs):
         """``write`` for each of ``msgs``, the owner looked up once per run: a flush at
-        ``flush_at`` bytes, else one flush requested at the end if none is pending."""
+        ``flush_at`` bytes, else one flush requested at the end if none is pending.
+
+        The buffer is grown for the rest of the run at once (sized by the frame in hand) and
+        trimmed at the end: growing it frame by frame reallocated and copied it ~40 times
+        per flush (bytearray grows by an eighth), ~3 % of the broker under PUB+SUB."""
         owner = self.owner
         cdef bytearray out = owner._out
-        for msg in msgs:
-            msg_id = msg.id
-            body = msg.body
-            if type(msg_id) is not bytes or type(body) is not bytes:
-                msg_id = bytes(msg_id)
-                body = bytes(body)
-            _append_frame(out, msg.timestamp, msg.attempts, msg_id, body)
-            if PyByteArray_GET_SIZE(out) >= self.flush_at:
-                owner.flush()
-                out = owner._out  # the flush handed the old buffer to the transport
-        if PyByteArray_GET_SIZE(out) and not owner.flush_pending:
+        cdef Py_ssize_t used = PyByteArray_GET_SIZE(out)
+        cdef Py_ssize_t cap = used
+        cdef Py_ssize_t left = len(msgs)
+        cdef Py_ssize_t need
+        try:
+            for msg in msgs:
+                msg_id = msg.id
+                body = msg.body
+                if type(msg_id) is not bytes or type(body) is not bytes:
+                    msg_id = bytes(msg_id)
+                    body = bytes(body)
+                need = 18 + PyBytes_GET_SIZE(msg_id) + PyBytes_GET_SIZE(body)
+                if used + need > cap:
+                    # room for the rest of the run, but no further than a flush would let it grow
+                    cap = min(used + need * left, max(used, self.flush_at) + need)
+                    PyByteArray_Resize(out, cap)
+                _put_frame(<uint8_t*>PyByteArray_AS_STRING(out) + used, msg.timestamp,
+                           msg.attempts, msg_id, body)
+                used += need
+                left -= 1
+                if used >= self.flush_at:
+                    PyByteArray_Resize(out, used)
+                    owner.flush()
+                    out = owner._out  # the flush handed the old buffer to the transport
+                    used = cap = PyByteArray_GET_SIZE(out)
+        finally:
+            if cap != used:  # also when a message was bad: no half-made frame stays
+                PyByteArray_Resize(out, used)
+        if used and not owner.flush_pending:
             owner.request_flush()
