@@ -178,6 +178,69 @@ def test_write_many_appends_to_what_the_buffer_holds(impl: str, before: int) -> 
     assert all(len(data) >= 512 for name, data in owner.calls if name == "flush")
 
 
+class _SlotMsg:
+    """Like nsqd's Message: the compiled sink reads these slots without attribute lookups."""
+
+    __slots__ = ("attempts", "body", "id", "timestamp")
+
+    def __init__(self, n: int, attempts: int, body: bytes) -> None:
+        self.id = b"%016x" % n
+        self.body = body
+        self.timestamp = 1_700_000_000_123_456_789 + n
+        self.attempts = attempts
+
+
+class _SubSlotMsg(_SlotMsg):
+    __slots__ = ("origin",)
+
+
+class _PropertyMsg(_SlotMsg):
+    """A subclass whose body is computed: it must be read through the property."""
+
+    __slots__ = ()
+
+    @property
+    def body(self) -> bytes:  # type: ignore[override]
+        return b"computed"
+
+
+def _mixed_run() -> list[Any]:
+    msgs: list[Any] = []
+    for n, cls in enumerate([_SlotMsg, _SlotMsg, _SubSlotMsg, _Msg, _SlotMsg, _PropertyMsg]):
+        if cls is _PropertyMsg:
+            msg: Any = _SlotMsg.__new__(_PropertyMsg)
+            msg.id, msg.timestamp, msg.attempts = b"%016x" % n, 5 + n, n
+        else:
+            msg = cls(n, n + 1, b"m" * (n * 40))
+        msgs.append(msg)
+    return msgs
+
+
+@pytest.mark.parametrize("impl", ["python", "compiled"])
+def test_write_many_reads_slots_subclasses_and_properties_as_python_does(impl: str) -> None:
+    sink_cls = PyMessageSink if impl == "python" else compiled(WIRE).MessageSink
+    owner = _Owner()
+    msgs = _mixed_run()
+    sink_cls(owner, 1 << 20).write_many(msgs)
+    golden = b"".join(
+        encode_message(m.timestamp, m.attempts, m.id, m.body) for m in msgs
+    )
+    assert bytes(owner._out) == golden
+    assert b"computed" in golden
+
+
+@pytest.mark.parametrize("impl", ["python", "compiled"])
+def test_write_many_raises_attribute_error_for_an_empty_slot(impl: str) -> None:
+    sink_cls = PyMessageSink if impl == "python" else compiled(WIRE).MessageSink
+    owner = _Owner()
+    empty = _SlotMsg.__new__(_SlotMsg)
+    empty.id, empty.timestamp, empty.attempts = b"%016x" % 1, 1, 1  # no body
+    with pytest.raises(AttributeError):
+        sink_cls(owner, 1 << 20).write_many([_SlotMsg(0, 1, b"x"), empty])
+    m = _SlotMsg(0, 1, b"x")
+    assert bytes(owner._out) == encode_message(m.timestamp, m.attempts, m.id, m.body)
+
+
 @given(st.lists(st.tuples(st.integers(0, 1 << 20), st.binary(max_size=300)), max_size=30))
 def test_message_sink_twins_write_many_alike(spec: list[tuple[int, bytes]]) -> None:
     c = compiled(WIRE)
@@ -187,7 +250,10 @@ def test_message_sink_twins_write_many_alike(spec: list[tuple[int, bytes]]) -> N
         owner = _Owner()
         sink_cls(owner, 512).write_many(msgs)  # small: flushes happen mid-way
         results.append((owner.calls, bytes(owner._out)))
-    assert results[0] == results[1]
+        owner = _Owner()
+        sink_cls(owner, 512).write_many([_SlotMsg(n, a, b) for n, (a, b) in enumerate(spec)])
+        results.append((owner.calls, bytes(owner._out)))
+    assert results[0] == results[1] == results[2] == results[3]
 
 
 @given(st.lists(st.tuples(st.integers(0, 1 << 20), st.binary(max_size=300)), max_size=30))

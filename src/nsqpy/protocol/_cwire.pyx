@@ -8,10 +8,76 @@ suite runs both. Nothing here does I/O.
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from types import MemberDescriptorType
+
 from nsqpy.protocol.errors import ClientError
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef* d_member
+    ctypedef struct _TypeAccess "PyTypeObject":
+        void* tp_getattro
+
+cdef enum:
+    _T_OBJECT_EX = 16  # structmember.h: what __slots__ members are
+
+
+cdef class _Slots:
+    """Where a ``__slots__`` class keeps a message's id, body, timestamp and attempts, so
+    that framing a run reads them straight from the object instead of four attribute
+    lookups per message (~4 % of the broker under PUB+SUB). Only for a type whose
+    attribute access is the generic one and whose four names are plain slots; any other
+    type is read with getattr. A slot found empty is read with getattr too (which raises
+    the AttributeError Python would)."""
+
+    cdef object tp
+    cdef bint direct
+    cdef Py_ssize_t id, body, timestamp, attempts
+
+    cdef int learn(self, object tp) except -1:
+        self.tp = tp
+        self.direct = False
+        if (<_TypeAccess*><PyObject*>tp).tp_getattro != (<_TypeAccess*><PyObject*>object).tp_getattro:
+            return 0
+        cdef Py_ssize_t[4] found
+        cdef int k
+        for k, name in enumerate(("id", "body", "timestamp", "attempts")):
+            found[k] = _slot_offset(tp, name)
+            if found[k] <= 0:
+                return 0
+        self.id, self.body, self.timestamp, self.attempts = found[0], found[1], found[2], found[3]
+        self.direct = True
+        return 0
+
+
+cdef Py_ssize_t _slot_offset(object tp, str name):
+    """The offset of plain object slot ``name`` as ``tp``'s attribute lookup finds it, or -1."""
+    for klass in tp.__mro__:
+        descr = klass.__dict__.get(name)
+        if descr is None:
+            continue
+        if type(descr) is not MemberDescriptorType:
+            return -1
+        if (<PyMemberDescrObject*><PyObject*>descr).d_member.type != _T_OBJECT_EX:
+            return -1
+        return (<PyMemberDescrObject*><PyObject*>descr).d_member.offset
+    return -1
+
+
+cdef inline object _slot(object msg, Py_ssize_t offset, str name):
+    cdef PyObject* value = (<PyObject**>((<char*><PyObject*>msg) + offset))[0]
+    if value == NULL:
+        return getattr(msg, name)
+    return <object>value
 
 
 cdef inline int32_t _be32(const uint8_t* p) noexcept:
@@ -110,10 +176,12 @@ cdef class MessageSink:
 
     cdef object owner
     cdef Py_ssize_t flush_at
+    cdef _Slots slots
 
     def __init__(self, owner, Py_ssize_t flush_at):
         self.owner = owner
         self.flush_at = flush_at
+        self.slots = _Slots()
 
     def write(self, msg):
         owner = self.owner
@@ -142,10 +210,21 @@ cdef class MessageSink:
         cdef Py_ssize_t cap = used
         cdef Py_ssize_t left = len(msgs)
         cdef Py_ssize_t need
+        cdef _Slots slots = self.slots
         try:
             for msg in msgs:
-                msg_id = msg.id
-                body = msg.body
+                if type(msg) is not slots.tp:
+                    slots.learn(type(msg))
+                if slots.direct:
+                    msg_id = _slot(msg, slots.id, "id")
+                    body = _slot(msg, slots.body, "body")
+                    timestamp = _slot(msg, slots.timestamp, "timestamp")
+                    attempts = _slot(msg, slots.attempts, "attempts")
+                else:
+                    msg_id = msg.id
+                    body = msg.body
+                    timestamp = msg.timestamp
+                    attempts = msg.attempts
                 if type(msg_id) is not bytes or type(body) is not bytes:
                     msg_id = bytes(msg_id)
                     body = bytes(body)
@@ -154,8 +233,8 @@ cdef class MessageSink:
                     # room for the rest of the run, but no further than a flush would let it grow
                     cap = min(used + need * left, max(used, self.flush_at) + need)
                     PyByteArray_Resize(out, cap)
-                _put_frame(<uint8_t*>PyByteArray_AS_STRING(out) + used, msg.timestamp,
-                           msg.attempts, msg_id, body)
+                _put_frame(<uint8_t*>PyByteArray_AS_STRING(out) + used, timestamp, attempts,
+                           msg_id, body)
                 used += need
                 left -= 1
                 if used >= self.flush_at:
