@@ -76,6 +76,14 @@ cdef inline void _init_slot(object msg, Py_ssize_t offset, object value) noexcep
     (<PyObject**>((<char*><PyObject*>msg) + offset))[0] = <PyObject*>value
 
 
+cdef inline object _read_slot(object msg, Py_ssize_t offset, str name):
+    """A slot of a Message (exact type, ``_DIRECT``); getattr's AttributeError if empty."""
+    cdef PyObject* value = (<PyObject**>((<char*><PyObject*>msg) + offset))[0]
+    if value == NULL:
+        raise AttributeError(name)
+    return <object>value
+
+
 cdef inline object _blank():
     """``object.__new__(Message)``: a Message with no slot set, without a Python call."""
     return (<PyTypeObject*>MessageType).tp_new(MessageType, <PyObject*>_NO_ARGS, NULL)
@@ -140,12 +148,13 @@ cdef inline int _to_run(object item, dict in_flight, list run, object now,
     into messages, requeued messages delivered again), then appended to ``run``."""
     if PyTuple_Check(item):
         msg = _delivered(<tuple>item, now, deadline)
+        in_flight[(<tuple>item)[0]] = msg  # its id, without looking it up on the message
     else:
         msg = item
         msg.attempts += 1
         msg.delivery_ts = now
         msg.deadline = deadline
-    in_flight[msg.id] = msg
+        in_flight[msg.id] = msg
     run.append(msg)
     return 0
 
@@ -251,8 +260,9 @@ def finish_many(channel, client, list ids, double now):
             errors.append((msg_id, channel._why_not_in_flight(msg_id)))
             continue
         done += 1
-        if msg.token >= 0:
-            tokens.append(msg.token)
+        token = _read_slot(msg, _TOKEN, "token") if type(msg) is MessageType and _DIRECT else msg.token
+        if token >= 0:
+            tokens.append(token)
         if e2e is not None:
             e2e.insert(wall - msg.timestamp, wall)
     if tokens:
