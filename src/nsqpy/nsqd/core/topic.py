@@ -152,7 +152,7 @@ class Topic:
         if self.holding:
             self._hold(msgs)
             return
-        self._fan_out_many(msgs, now)
+        self._fan_out_many(msgs, now, fresh=not defer)
 
     def put_messages(self, msgs: list[Message], now: float) -> None:
         """Publish messages made elsewhere (dead letters, redriven ones): no room check, as
@@ -204,9 +204,11 @@ class Topic:
                     "(--mem-queue-size) and there is no disk queue"
                 )
 
-    def _fan_out_many(self, msgs: list[Queued], now: float) -> None:
-        """Give every channel ``msgs``: entries are shared, delivered messages are copied."""
-        deferred = [m for m in msgs if not isinstance(m, tuple) and m.deferred]
+    def _fan_out_many(self, msgs: list[Queued], now: float, fresh: bool = False) -> None:
+        """Give every channel ``msgs``: entries are shared, delivered messages are copied.
+        ``fresh``: all of them are entries just published (none deferred, none to copy), so
+        the per-message scan for deferred ones is skipped."""
+        deferred = [] if fresh else [m for m in msgs if not isinstance(m, tuple) and m.deferred]
         immediate = (
             [m for m in msgs if isinstance(m, tuple) or not m.deferred] if deferred else msgs
         )
@@ -216,7 +218,10 @@ class Topic:
             own = first
             first = False
             if immediate:
-                copies = immediate if own else [_copy(m) for m in immediate]
+                if own:
+                    copies = immediate
+                else:  # fresh entries are immutable tuples: shared, only the list is new
+                    copies = immediate[:] if fresh else [_copy(m) for m in immediate]
                 channel.put_many(copies, now)
             for msg in deferred:  # due is absolute: publish time + the requested delay
                 copy = msg if own else msg.copy()
