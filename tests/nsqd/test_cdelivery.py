@@ -63,6 +63,25 @@ def test_delivered_twins_make_the_same_message() -> None:
     assert _slots(c.delivered(entry, 10.0, 60.0)) == _slots(message.delivered(entry, 10.0, 60.0))
 
 
+def test_with_tokens_twins_make_the_same_messages() -> None:
+    c = compiled(DELIVERY)
+
+    def items() -> list[message.Queued]:
+        again = Message(b"b" * 16, b"requeued", 7)
+        again.attempts = 2
+        letter = message.DeadLetter(b"c" * 16, b"dead", 8, "t:ch")
+        return [(b"a" * 16, b"fresh", 6), again, letter, (b"d" * 16, b"left out", 9)]
+
+    pure = message.with_tokens(items(), range(11, 14))
+    fast = c.with_tokens(items(), range(11, 14))
+    assert [_slots(m) for m in fast] == [_slots(m) for m in pure]
+    assert [m.token for m in fast] == [11, 12, 13]
+    assert [type(m) for m in fast] == [Message, Message, message.DeadLetter]
+    for fn in (message.with_tokens, c.with_tokens):
+        with pytest.raises(ValueError):
+            fn(items()[:1], range(2))
+
+
 def test_compiled_messages_are_left_out_of_the_cycle_collector() -> None:
     """The compiled twin untracks the messages it makes: safe only while every slot of
     Message holds atoms (bytes, int, float, str), which this pins down."""

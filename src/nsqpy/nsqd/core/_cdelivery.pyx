@@ -9,7 +9,7 @@ runs their loops without the interpreter. No I/O: messages go to ``client.write_
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.tuple cimport PyTuple_Check
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
@@ -85,6 +85,15 @@ cdef inline object _read_slot(object msg, Py_ssize_t offset, str name):
     return <object>value
 
 
+cdef inline void _replace_slot(object msg, Py_ssize_t offset, object value) noexcept:
+    """Set a slot already holding a value (what the member descriptor's set does)."""
+    cdef PyObject** where = <PyObject**>((<char*><PyObject*>msg) + offset)
+    cdef PyObject* old = where[0]
+    Py_INCREF(value)
+    where[0] = <PyObject*>value
+    Py_XDECREF(old)
+
+
 cdef inline object _blank():
     """``object.__new__(Message)``: a Message with no slot set, without a Python call.
 
@@ -145,6 +154,28 @@ cdef inline object _delivered(tuple item, object now, object deadline):
     msg.deadline = deadline
     msg.token = -1
     return msg
+
+
+def with_tokens(list items, tokens):
+    """``message.with_tokens``: messages for the first ``len(tokens)`` items, each with its
+    record's token; fresh entries are made with the token in place (no __init__, no
+    setattr: ~0.4 us a message less in durable PUB+SUB)."""
+    cdef Py_ssize_t n = len(tokens)
+    if n > len(items):
+        raise ValueError("zip() argument 2 is longer than argument 1")
+    cdef list out = []
+    cdef Py_ssize_t i = 0
+    for token in tokens:
+        item = items[i]
+        i += 1
+        if PyTuple_Check(item) and _DIRECT:
+            msg = _new_message((<tuple>item)[0], (<tuple>item)[1], (<tuple>item)[2])
+            _replace_slot(msg, _TOKEN, token)
+        else:
+            msg = materialize(item)
+            msg.token = token
+        out.append(msg)
+    return out
 
 
 def delivered(tuple item, double now, double timeout):

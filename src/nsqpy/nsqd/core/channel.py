@@ -55,6 +55,7 @@ from nsqpy.nsqd.core.message import (
     from_record,
     materialize,
     plain_message,
+    with_tokens,
 )
 from nsqpy.nsqd.core.policy import OFF, Effective, Settings
 from nsqpy.nsqd.core.quantile import NOT_TRACKED, LatencySummary, WindowedQuantile
@@ -358,9 +359,7 @@ class Channel:
                     take += client.rdy - len(client.in_flight)
         tokens = write_messages(self.backend, self.hooks, msgs, min(take, len(msgs)))
         if tokens:
-            taken = list(map(materialize, msgs[: len(tokens)]))
-            for msg, token in zip(taken, tokens, strict=True):
-                msg.token = token
+            taken = _with_tokens(msgs, tokens)
             sent = _deliver(self, list[Queued](taken), now)
             self.queue.extend(taken[sent:])  # ahead of the rest, on disk: order is kept
         self._pour_all(now)
@@ -890,4 +889,7 @@ _finish_batch: Callable[[Channel, ClientState, list[bytes], float], list[tuple[b
 )
 _plain_message: Callable[[bytes], Message | None] = (
     plain_message if _c is None else _c.plain_message
+)
+_with_tokens: Callable[[list[Queued], range], list[Message]] = (
+    with_tokens if _c is None else _c.with_tokens
 )

@@ -99,6 +99,15 @@ def materialize(item: Queued) -> Message:
     return item
 
 
+def with_tokens(items: list[Queued], tokens: range) -> list[Message]:
+    """Durable mode: the messages for the first ``len(tokens)`` items, each holding its disk
+    record's token (to finish on FIN)."""
+    taken = list(map(materialize, items[: len(tokens)]))
+    for msg, token in zip(taken, tokens, strict=True):
+        msg.token = token
+    return taken
+
+
 _new = object.__new__
 
 
