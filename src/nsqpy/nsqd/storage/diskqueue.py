@@ -9,6 +9,7 @@ Everything lives flat in ``data_path``, mode 0600::
                                   writeFileNum,writePos
     <meta>.<random>.tmp           metadata being written; fsynced, then renamed over the meta file
     <segment>.bad                 a segment set aside as corrupt
+    <name>.diskqueue.next.tmp     durable mode: the next segment, prepared (zeros, synced)
 
 A segment is a run of records ``[4-byte big-endian int32 length][payload]``, with no header,
 checksum or padding. A Go nsqd can read what this module writes, and the other way round.
@@ -34,6 +35,17 @@ directory entry: what a publisher's OK waits for) and ``position_job`` (the meta
 path). Jobs carry a sequence number and a shared fence, so a stale job can
 never overwrite newer metadata, nor bring back metadata that ``empty`` or ``delete`` removed.
 
+With ``prepare_segments`` (durable mode) the write segment is a file written full of zeros
+and synced beforehand, so a commit's fdatasync covers overwrites of written blocks: no change
+of size or allocation, hence no filesystem journal commit (an append needs one). Once the
+write segment holds an eighth of ``max_bytes_per_file``, ``needs_prepare`` asks for a
+``PrepareJob`` that the daemon runs on a worker thread: zeros to ``max_bytes_per_file``
+(at most ``PREPARE_MAX``) in ``<name>.diskqueue.next.tmp``, fsynced. The next roll renames it
+into place (the new segment's directory entry is synced by the next commit, as for any new
+segment); if it is not ready by then the new segment grows by appends as before, nothing
+waits. A segment rolled away from, and the write segment on a clean close, are truncated to
+their real length before their last sync, so completed segments stay exact go-diskqueue files.
+
 With ``track_acks`` a record read is only gone once ``finish(token)`` is called. The metadata
 then records the start of the oldest unfinished record as the read position (and counts
 everything from there in the depth), so a crash or restart replays every unfinished record;
@@ -49,8 +61,13 @@ renamed ``.bad``, ``on_corruption`` is told, and reading goes on with the next s
 bad one was the write segment, writing moves on too). When the reader catches up with the
 writer a non-zero depth is reset to 0 (Go's tail check). On open, a write segment longer than
 the metadata says (a crash after writes, before their sync) is left to the reader and new
-writes start a fresh segment; unreadable metadata is set aside as ``.bad`` and the queue is
-rebuilt by scanning the segments present.
+writes start a fresh segment, after any segments the writer rolled on to that the metadata
+does not name yet; unreadable metadata is set aside as ``.bad`` and the queue is rebuilt by
+scanning the segments present. After an unclean stop a prepared segment (the write segment,
+or one rolled away from whose truncation had not reached the disk) ends in zeros: where a
+record would start, nothing but zeros to the end of the file is the end of its data, not
+damage (no record is shorter than ``MIN_MSG_SIZE``); the zeros are cut off on open or when
+the reader meets them. Zeros followed by anything else are damage as before.
 
 Deliberate differences from go-diskqueue: a reader that consumed a segment before the writer
 rolled away from it moves on cleanly instead of calling it corrupt (go-diskqueue #42);
@@ -58,7 +75,8 @@ metadata that is missing while segments exist is recovered like unreadable metad
 overwriting segment 0; a write segment shorter than ``writePos`` also moves writes on (Go would
 leave a hole); a run of missing segments is skipped in one jump; a torn write after an I/O
 error is truncated; segments left below the read position and stale ``.tmp`` files are
-removed on open.
+removed on open; segments past the metadata's writeFileNum are read, not overwritten (Go
+syncs the metadata at every roll, nsqpy leaves that to its next sync job).
 """
 
 from __future__ import annotations
@@ -85,6 +103,11 @@ _READ_CHUNK: Final = 1 << 20
 #: Rolled segments whose fds may wait for a sync before one is done inline.
 _MAX_ROLLED: Final = 16
 _META_RE: Final = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n")
+#: A prepared segment holds zeros up to this size at most (past it, writes append).
+PREPARE_MAX: Final = 256 << 20
+_ZEROS: Final = bytes(1 << 20)
+# where the next segment's preparation stands (``prepare_segments``)
+_UNPREPARED, _PREPARING, _PREPARED, _PREPARE_FAILED = range(4)
 
 
 class DiskQueueError(BrokerError):
@@ -129,6 +152,7 @@ class _Fence:
         self.lock = threading.Lock()
         self.floor = 0  # jobs numbered below this are void (empty/delete happened after them)
         self.persisted = 0  # number of the newest job whose metadata is on disk
+        self.closed = False  # the queue was closed or deleted: a PrepareJob leaves no file
 
 
 class SyncJob:
@@ -203,6 +227,52 @@ class SyncJob:
                 _unlink_quietly(tmp)
                 raise
             fence.persisted = self.seq
+
+
+class PrepareJob:
+    """The next segment, written ahead (``DiskQueue.prepare_job``): zeros to ``size`` in
+    large writes, then fsynced, under the temporary name ``path`` that the queue renames into
+    place when it rolls. ``run()`` goes on a worker thread (one for all queues: a job of a
+    closed queue must end before the next one of its name starts), then
+    ``DiskQueue.prepare_done`` on the loop. A job whose queue was closed meanwhile removes
+    its file."""
+
+    def __init__(self, path: str, size: int, fence: _Fence) -> None:
+        self.path = path
+        self.size = size
+        self._fence = fence
+        self.completed = False
+
+    def run(self) -> None:
+        """Write and sync the file; raises DiskQueueError (and leaves no file) on failure."""
+        fence = self._fence
+        with fence.lock:
+            if fence.closed:
+                return
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            except OSError as exc:
+                raise DiskQueueError(f"failed to prepare {self.path} - {exc}") from exc
+        try:
+            zeros = memoryview(_ZEROS)
+            done = 0
+            while done < self.size:
+                done += os.write(fd, zeros[: self.size - done])
+            os.fsync(fd)  # the zeros and the size: the segment's writes are overwrites
+        except OSError as exc:
+            _unlink_quietly(self.path)
+            raise DiskQueueError(f"failed to prepare {self.path} - {exc}") from exc
+        finally:
+            os.close(fd)
+        self.completed = self._keep()
+
+    def _keep(self) -> bool:
+        """The file stays if the queue is still open; otherwise it goes."""
+        with self._fence.lock:
+            if self._fence.closed:
+                _unlink_quietly(self.path)
+                return False
+        return True
 
 
 def _write_file_synced(path: str, data: bytes) -> None:
@@ -295,23 +365,47 @@ class _SegmentReader:
         return self._buf, 0
 
 
-def _count_records(path: str, start: int, max_size: int) -> int:
-    """How many whole, valid records follow ``start`` in a segment (stops at damage)."""
+def _scan_records(path: str, start: int, max_size: int) -> tuple[int, int | None]:
+    """How many whole, valid records follow ``start`` in a segment (stops at damage), and
+    where the zeros of a prepared segment's unused tail begin if they are what stopped it."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return 0
+        return 0, None
+    reader = _SegmentReader(fd, start, max_size)
+    count, tail = 0, None
     try:
-        reader = _SegmentReader(fd, start, max_size)
         end = os.fstat(fd).st_size
-        count = 0
         while reader.next(end) is not None:
             count += 1
-    except (_Corrupt, OSError):
+    except _Corrupt:
+        try:
+            tail = reader.pos if _zeros_from(fd, reader.pos) else None
+        except OSError:
+            pass
+    except OSError:
         pass
     finally:
         os.close(fd)
-    return count
+    return count, tail
+
+
+def _zeros_from(fd: int, pos: int) -> bool:
+    """From ``pos`` to its end the file holds zeros, and at least one: where a record would
+    start, the unused tail of a prepared segment (no record is shorter than MIN_MSG_SIZE, so
+    a zero length is never one)."""
+    size = os.fstat(fd).st_size
+    if pos >= size:
+        return False
+    zeros = memoryview(_ZEROS)
+    while pos < size:
+        chunk = os.pread(fd, min(len(zeros), size - pos), pos)
+        if not chunk:
+            break
+        if zeros[: len(chunk)] != chunk:
+            return False
+        pos += len(chunk)
+    return True
 
 
 class DiskQueue:
@@ -326,6 +420,7 @@ class DiskQueue:
         max_record_size: int,
         sync_every: int,
         track_acks: bool = False,
+        prepare_segments: bool = False,
         log: logging.Logger,
         on_corruption: Callable[[str], None] | None = None,
     ) -> None:
@@ -339,6 +434,14 @@ class DiskQueue:
         self._on_corruption = on_corruption
         self._meta_path = os.path.join(data_path, f"{name}.diskqueue.meta.dat")
         self._segment_re = re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.dat")
+        self.prepare_segments = prepare_segments
+        self._prepared_path = os.path.join(data_path, f"{name}.diskqueue.next.tmp")
+        self._prepare_size = min(max_bytes_per_file, PREPARE_MAX)
+        # the next segment is prepared once the write segment holds this much: a queue that
+        # holds little never gets a prepared file
+        self._prepare_from = max(1, max_bytes_per_file // 8)
+        self._prepare_state = _UNPREPARED
+        self._zero_tail = False  # the write segment is a prepared file: zeros past writePos
         self.depth = 0  # records written and not yet read
         self._read_file = self._read_pos = self._write_file = self._write_pos = 0
         self._reader: _SegmentReader | None = None
@@ -367,7 +470,7 @@ class DiskQueue:
         self.depth = meta.depth
         self._read_file, self._read_pos = meta.read_file, meta.read_pos
         self._write_file, self._write_pos = meta.write_file, meta.write_pos
-        self._salvage_write_file()
+        self._salvage_write_file(segments)
         for num in segments:
             if num < self._read_file:  # consumed, but its deletion did not happen
                 self._remove_segment(num)
@@ -376,14 +479,16 @@ class DiskQueue:
     def _segments(self, clean_tmp: bool = False) -> list[int]:
         """Numbers of this queue's segments present (and stale metadata temp files go)."""
         tmp_prefix = os.path.basename(self._meta_path) + "."
+        prepared = os.path.basename(self._prepared_path)
         segments = []
         with os.scandir(self.data_path) as entries:
             for entry in entries:
                 match = self._segment_re.fullmatch(entry.name)
                 if match is not None:
                     segments.append(int(match.group(1)))
-                elif (
-                    clean_tmp and entry.name.startswith(tmp_prefix) and entry.name.endswith(".tmp")
+                elif clean_tmp and (
+                    (entry.name.startswith(tmp_prefix) and entry.name.endswith(".tmp"))
+                    or entry.name == prepared  # its preparation may not have finished
                 ):
                     _unlink_quietly(entry.path)
         return sorted(segments)
@@ -422,9 +527,7 @@ class DiskQueue:
         """Metadata rebuilt from the segments present: all of them unread, writes after."""
         if not segments:
             return _Meta(0, 0, 0, 0, 0)
-        depth = sum(
-            _count_records(self._segment_path(n), 0, self.max_record_size) for n in segments
-        )
+        depth = sum(self._count_segment(n, 0) for n in segments)
         self._log.warning(
             "DISKQUEUE(%s) recovered %d records from segments %d..%d without metadata",
             self.name,
@@ -435,31 +538,78 @@ class DiskQueue:
         self._force = True
         return _Meta(depth, segments[0], 0, segments[-1] + 1, 0)
 
-    def _salvage_write_file(self) -> None:
-        """After an unclean stop the write segment may not end at writePos: write elsewhere."""
+    def _salvage_write_file(self, segments: list[int]) -> None:
+        """After an unclean stop the write segment may not end at writePos (records written
+        after the last sync; a prepared segment's zeros), and the writer may have rolled on
+        to segments the metadata does not name yet: count their records in, cut the zeros
+        of prepared segments off, and write after them all."""
         path = self._segment_path(self._write_file)
         try:
             size = os.stat(path).st_size
         except FileNotFoundError:
             size = 0
-        if size == self._write_pos:
+        counted = 0
+        if size > self._write_pos:  # records written after the last sync: count them in
+            start = self._write_pos
+            if self._read_file == self._write_file:
+                start = max(start, self._read_pos)
+            counted, tail = _scan_records(path, start, self.max_record_size)
+            if tail is not None:
+                self._cut_zero_tail(path, tail)
+                size = tail
+        later = [num for num in segments if num > self._write_file]
+        if size == self._write_pos and not later:
             return
         self._log.warning(
             "DISKQUEUE(%s) %s metadata writePos %d %s file size of %d, skipping to new file",
             self.name,
             path,
             self._write_pos,
-            "<" if size > self._write_pos else ">",
+            "<" if size > self._write_pos else ">" if size < self._write_pos else "=",
             size,
         )
-        if size > self._write_pos:  # records written after the last sync: count them in
-            start = self._write_pos
-            if self._read_file == self._write_file:
-                start = max(start, self._read_pos)
-            self.depth += _count_records(path, start, self.max_record_size)
+        self.depth += counted
         self._write_file += 1
         self._write_pos = 0
         self._force = True
+        if later:  # rolled onto after the metadata was written: read them, write after
+            self._log.warning(
+                "DISKQUEUE(%s) segments %d..%d are past the metadata's writeFileNum, "
+                "reading them and writing after them",
+                self.name,
+                later[0],
+                later[-1],
+            )
+            for num in later:
+                self.depth += self._count_segment(num, 0)
+            self._write_file = later[-1] + 1
+
+    def _count_segment(self, num: int, start: int) -> int:
+        """The records after ``start`` in a segment read later, its zero tail cut off."""
+        path = self._segment_path(num)
+        count, tail = _scan_records(path, start, self.max_record_size)
+        if tail is not None:
+            self._cut_zero_tail(path, tail)
+        return count
+
+    def _cut_zero_tail(self, path: str, at: int) -> None:
+        """Truncate a prepared segment's unused zeros (left by an unclean stop)."""
+        self._log.warning(
+            "DISKQUEUE(%s) %s ends in zeros from %d (a prepared segment not truncated "
+            "before an unclean stop), truncating",
+            self.name,
+            path,
+            at,
+        )
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, at)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self._log.error("DISKQUEUE(%s) failed to truncate %s - %s", self.name, path, exc)
 
     # -- writing -----------------------------------------------------------------------
     def put(self, records: list[bytes]) -> None:
@@ -570,10 +720,19 @@ class DiskQueue:
         records its fd is kept for the next commit or sync job, and the positions are due."""
         fd, self._write_fd = self._write_fd, None
         if fd is not None:
-            if self._unsynced:
+            if self._zero_tail:  # a prepared segment: cut its unused zeros off
+                self._zero_tail = False
+                try:
+                    os.ftruncate(fd, self._write_pos)
+                except OSError as exc:  # reading stops at the zeros all the same
+                    self._log.error("DISKQUEUE(%s) failed to truncate - %s", self.name, exc)
+                self._rolled.append(fd)  # the final sync makes the truncation durable
+            elif self._unsynced:
                 self._rolled.append(fd)
             else:
                 os.close(fd)
+        if self._prepare_state == _PREPARE_FAILED:
+            self._prepare_state = _UNPREPARED  # try again for the segment after this one
         if len(self._rolled) > _MAX_ROLLED:  # nobody syncs (a test, a tool): bound the fds
             try:
                 self.sync_now()
@@ -585,24 +744,53 @@ class DiskQueue:
 
     def _open_write_file(self) -> int:
         path = self._segment_path(self._write_file)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            if os.fstat(fd).st_size > self._write_pos:
-                os.ftruncate(fd, self._write_pos)  # a torn write left by an earlier failure
-            os.lseek(fd, self._write_pos, os.SEEK_SET)
-        except OSError:
-            os.close(fd)
-            raise
+        fd = None
+        if self._write_pos == 0 and self._prepare_state == _PREPARED:
+            fd = self._take_prepared(path)
+        if fd is None:  # not prepared (or not in time): a segment that grows by appends
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                if os.fstat(fd).st_size > self._write_pos:
+                    os.ftruncate(fd, self._write_pos)  # a torn write left by an earlier failure
+                os.lseek(fd, self._write_pos, os.SEEK_SET)
+            except OSError:
+                os.close(fd)
+                raise
         if self._write_pos == 0:
             self._new_segment = True
         self._write_fd = fd
         self._log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
         return fd
 
+    def _take_prepared(self, path: str) -> int | None:
+        """Rename the prepared file into place as segment ``path``; None if that fails (the
+        caller appends instead). The new segment's directory entry is synced by the next
+        commit or sync job, as for any new segment."""
+        self._prepare_state = _UNPREPARED  # used (or unusable): the next one is due later
+        try:
+            if os.path.lexists(path):  # never replace a segment
+                raise FileExistsError(f"{path} exists")
+            os.rename(self._prepared_path, path)
+            fd = os.open(path, os.O_WRONLY)
+        except OSError as exc:
+            self._log.error(
+                "DISKQUEUE(%s) cannot use the prepared segment %s - %s",
+                self.name,
+                self._prepared_path,
+                exc,
+            )
+            _unlink_quietly(self._prepared_path)
+            return None
+        self._zero_tail = True
+        return fd
+
     def _drop_write_fd(self, truncate: bool = False) -> None:
         fd, self._write_fd = self._write_fd, None
         if fd is None:
             return
+        if self._zero_tail:  # a failed write or a bad write segment: nothing more goes in
+            self._zero_tail = False
+            truncate = True
         try:
             if truncate:
                 os.ftruncate(fd, self._write_pos)
@@ -622,7 +810,8 @@ class DiskQueue:
             try:
                 item = self._read_next()
             except (_Corrupt, OSError) as exc:
-                self._handle_corruption(str(exc))
+                if not (isinstance(exc, _Corrupt) and self._end_at_zeros()):
+                    self._handle_corruption(str(exc))
                 continue
             if item is not None:
                 return item
@@ -646,7 +835,8 @@ class DiskQueue:
             try:
                 self._read_run(out, limit)
             except (_Corrupt, OSError) as exc:
-                self._handle_corruption(str(exc))
+                if not (isinstance(exc, _Corrupt) and self._end_at_zeros()):
+                    self._handle_corruption(str(exc))
         if len(out) < limit:
             self._check_tail()
         return out, range(first, first + len(out))
@@ -762,6 +952,9 @@ class DiskQueue:
                     num, pos = num + 1, 0
                     continue
                 (length,) = _LEN.unpack_from(head)
+                if length == 0 and num < self._write_file:  # a prepared segment's zeros
+                    num, pos = num + 1, 0
+                    continue
                 if not MIN_MSG_SIZE <= length <= self.max_record_size:
                     return None
                 return head[4 : 4 + min(length, size)]
@@ -795,6 +988,24 @@ class DiskQueue:
             self._moved = True
 
     # -- damage ------------------------------------------------------------------------
+    def _end_at_zeros(self) -> bool:
+        """A completed segment that ends in zeros where the next record would start is a
+        prepared segment whose truncation had not reached the disk before an unclean stop:
+        its data ends there (cut the zeros off and go on with the next segment). False for
+        anything else, which is damage."""
+        reader = self._reader
+        if reader is None or self._read_file >= self._write_file:
+            return False
+        try:
+            if not _zeros_from(reader.fd, reader.pos):
+                return False
+        except OSError:
+            return False
+        self._cut_zero_tail(self._segment_path(self._read_file), reader.pos)
+        self._next_read_file()
+        self._check_tail()
+        return True
+
     def _handle_corruption(self, reason: str) -> None:
         bad = self._segment_path(self._read_file)
         bad_to = bad + ".bad"
@@ -1012,6 +1223,33 @@ class DiskQueue:
         while held and held[0] < job.read_file:
             self._remove_segment(held.popleft())
 
+    # -- prepared segments ---------------------------------------------------------------
+    @property
+    def needs_prepare(self) -> bool:
+        """``prepare_segments``: the next segment should be prepared now (the write segment
+        holds an eighth of ``max_bytes_per_file`` and none is prepared or under way)."""
+        return (
+            self._prepare_state == _UNPREPARED
+            and self.prepare_segments
+            and self._write_pos >= self._prepare_from
+            and not self._closed
+        )
+
+    def prepare_job(self) -> PrepareJob:
+        """The job that prepares the next segment; run it on a worker thread, then
+        ``prepare_done`` on this one. Until then a roll appends to a new file as usual."""
+        self._prepare_state = _PREPARING
+        return PrepareJob(self._prepared_path, self._prepare_size, self._fence)
+
+    def prepare_done(self, job: PrepareJob) -> None:
+        """On the loop thread after ``job.run()``, whether it worked or raised."""
+        if self._closed:
+            return
+        if job.completed:
+            self._prepare_state = _PREPARED
+        else:  # not again before the next roll (a full disk would be asked on every write)
+            self._prepare_state = _PREPARE_FAILED
+
     def sync_now(self) -> None:
         """Sync inline: ``sync_job().run()`` then ``sync_done``."""
         job = self.sync_job()
@@ -1040,6 +1278,13 @@ class DiskQueue:
             return
         self._log.info("DISKQUEUE(%s): closing", self.name)
         try:
+            if self._zero_tail and self._write_fd is not None:
+                # a prepared write segment: exact length before its last sync
+                self._zero_tail = False
+                try:
+                    os.ftruncate(self._write_fd, self._write_pos)
+                except OSError as exc:
+                    self._log.error("DISKQUEUE(%s) failed to truncate - %s", self.name, exc)
             self.sync_now()
         finally:
             self._close_files()
@@ -1054,6 +1299,10 @@ class DiskQueue:
 
     def _close_files(self) -> None:
         self._closed = True
+        with self._fence.lock:  # a prepare job under way removes its own file
+            self._fence.closed = True
+            if self.prepare_segments:
+                _unlink_quietly(self._prepared_path)
         self._drop_reader()
         self._drop_write_fd()
         rolled, self._rolled = self._rolled, []
