@@ -30,6 +30,10 @@ the rules that make that so still hold in the lane: the metadata is written afte
 fdatasync of the data it describes, and a segment is deleted only after a completed
 position round recorded a read position past it.
 
+Durable queues also prepare their next segment ahead (``DiskQueue.prepare_job``: zeros,
+synced, so that commits fdatasync overwrites rather than appends, which commit the
+filesystem's journal too) on one more thread, ``nsqd-prepare``, that nobody waits for.
+
 ``MetadataWriter`` writes ``nsqd.dat`` (the topic and channel list) on a thread of its own, as
 nsqd does from a goroutine: a SUB or PUB that creates a topic or channel is answered without
 waiting for the file's fsync, and neither is anyone else. Requests coalesce: the list is
@@ -54,7 +58,7 @@ from queue import SimpleQueue
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.backend import Backend, DiskHooks
 from nsqpy.nsqd.storage import metadata
-from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, SyncJob
+from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, PrepareJob, SyncJob
 from nsqpy.nsqd.storage.fsyncers import Fsyncers, dir_entry
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -109,6 +113,8 @@ class DiskStore(DiskHooks):
         self._threads = None if durable else _SyncThreads(loop, ROUNDS_IN_FLIGHT, "nsqd-sync")
         self._fsyncers = Fsyncers(loop, ROUNDS_IN_FLIGHT, self._answered) if durable else None
         self._lane = _SyncThreads(loop, 1, "nsqd-positions") if durable else None
+        # durable: segments prepared ahead (zeros, synced), one at a time, off every other path
+        self._preparer: ThreadPoolExecutor | None = None
         self._by_id: dict[int, _Round] = {}  # durable: rounds waiting for fsync answers
         self._last_id = 0
         self._lane_busy = False
@@ -134,6 +140,7 @@ class DiskStore(DiskHooks):
             max_record_size=self.max_record_size,
             sync_every=self.sync_every,
             track_acks=self.durable,
+            prepare_segments=self.durable,
             log=log,
             on_corruption=self._corruption,
         )
@@ -148,6 +155,8 @@ class DiskStore(DiskHooks):
         self._dirty[id(backend)] = backend
         if self.durable:
             self._written[id(backend)] = backend
+            if backend.needs_prepare and not self._closed:
+                self._prepare(backend)
         self.set_health("OK")
         if backend.needs_sync:
             self._sync_due = True
@@ -177,6 +186,23 @@ class DiskStore(DiskHooks):
 
     def write_failed(self, error: Exception) -> None:
         self.set_health(f"NOK - {error}")
+
+    def _prepare(self, queue: DiskQueue) -> None:
+        """Durable mode: prepare the queue's next segment on the preparing thread, so that
+        its commits fdatasync overwrites of written blocks, not appends (which commit the
+        filesystem's journal too). One thread: a job of a closed queue ends before the next
+        job of a queue of the same name starts."""
+        if self._preparer is None:
+            self._preparer = ThreadPoolExecutor(1, thread_name_prefix="nsqd-prepare")
+        job = queue.prepare_job()
+        future = self.loop.run_in_executor(self._preparer, job.run)
+        future.add_done_callback(lambda f: self._prepared(queue, job, f))
+
+    def _prepared(self, queue: DiskQueue, job: PrepareJob, future: asyncio.Future[None]) -> None:
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            log.error("DISKQUEUE(%s) %s", queue.name, error)
+        queue.prepare_done(job)
 
     # -- sync rounds -----------------------------------------------------------------------
     def start(self) -> None:
@@ -357,6 +383,9 @@ class DiskStore(DiskHooks):
         for workers in (self._threads, self._fsyncers, self._lane):
             if workers is not None:
                 workers.stop()
+        preparer, self._preparer = self._preparer, None
+        if preparer is not None:  # a job under way removes its file (its queue is closed)
+            await self.loop.run_in_executor(None, preparer.shutdown)
 
 
 class _SyncThreads:

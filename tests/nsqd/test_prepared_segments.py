@@ -1,0 +1,256 @@
+"""Durable mode's prepared segments: zeros written ahead, so commits fdatasync overwrites.
+
+The write segment is a file of ``max_bytes_per_file`` zeros prepared (and synced) before the
+roll that renames it into place; completed segments are cut to their exact length; after an
+unclean stop a segment may end in zeros, which recovery treats as the end of its data.
+Expected segment contents are framed by hand from the format, never with the writer.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from conftest import wait_for
+from test_diskqueue import Corruptions, drain, frame, meta_file, names, open_q, rec, seg, write_meta
+from test_persistence import BODIES, Daemons, consume, daemons, publish
+
+from nsqpy.nsqd.storage.diskqueue import DiskQueue
+
+__all__ = ["daemons"]  # the fixture, imported for the tests below
+
+SEGMENT = 2048
+RECORD = 100  # framed: 104 bytes, 19 to a segment
+
+
+def prepared(tmp_path: Path, name: str = "t") -> Path:
+    return tmp_path / f"{name}.diskqueue.next.tmp"
+
+
+def open_prepared(tmp_path: Path, **kw: Any) -> DiskQueue:
+    return open_q(tmp_path, max_bytes_per_file=SEGMENT, prepare_segments=True, **kw)
+
+
+def prepare(q: DiskQueue) -> None:
+    """What the daemon does on its preparing thread, inline."""
+    assert q.needs_prepare
+    job = q.prepare_job()
+    assert not q.needs_prepare  # one at a time
+    job.run()
+    q.prepare_done(job)
+
+
+def records(start: int, count: int) -> list[bytes]:
+    return [rec(i, RECORD) for i in range(start, start + count)]
+
+
+def framed(recs: list[bytes]) -> bytes:
+    return b"".join(frame(r) for r in recs)
+
+
+def no_bad_files(tmp_path: Path) -> bool:
+    return not any(n.endswith(".bad") for n in names(tmp_path))
+
+
+def test_writes_overwrite_a_prepared_segment_and_completed_ones_are_exact(tmp_path: Path) -> None:
+    q = open_prepared(tmp_path)
+    first = records(0, 3)
+    q.put(first)  # 312 bytes: past an eighth of the segment
+    assert seg(tmp_path, 0).stat().st_size == 312  # the first segment appends
+    prepare(q)
+    assert prepared(tmp_path).stat().st_size == SEGMENT
+    assert prepared(tmp_path).read_bytes() == bytes(SEGMENT)
+    rest = records(3, 25)  # 19 fill segment 0, the rest go to the prepared one
+    q.put(rest)
+    assert not prepared(tmp_path).exists()  # renamed into place
+    assert seg(tmp_path, 0).read_bytes() == framed((first + rest)[:19])  # exact, no zeros
+    one = seg(tmp_path, 1).read_bytes()
+    assert len(one) == SEGMENT  # ahead of writePos while it is written
+    assert one == framed(rest[16:]) + bytes(SEGMENT - 9 * 104)
+    q.close()
+    assert seg(tmp_path, 1).read_bytes() == framed(rest[16:])  # a clean close cuts the zeros
+    assert meta_file(tmp_path).read_bytes() == b"28\n0,0\n1,%d\n" % (9 * 104)
+    again = open_prepared(tmp_path)
+    assert drain(again) == first + rest
+    again.close()
+    assert no_bad_files(tmp_path)
+
+
+def test_a_roll_before_the_prepared_segment_is_ready_appends(tmp_path: Path) -> None:
+    q = open_prepared(tmp_path)
+    q.put(records(0, 3))
+    job = q.prepare_job()  # handed out, not run yet: the roll must not wait for it
+    q.put(records(3, 20))
+    assert seg(tmp_path, 1).stat().st_size == 4 * 104  # appended
+    job.run()
+    q.prepare_done(job)
+    q.put(records(23, 30))  # the next roll uses it
+    assert seg(tmp_path, 2).stat().st_size == SEGMENT
+    q.close()
+    assert not prepared(tmp_path).exists()
+    again = open_prepared(tmp_path)
+    assert drain(again) == records(0, 53)
+    again.close()
+
+
+def test_closing_with_a_prepare_job_under_way_leaves_no_file(tmp_path: Path) -> None:
+    q = open_prepared(tmp_path)
+    q.put(records(0, 3))
+    job = q.prepare_job()
+    q.close()
+    job.run()  # the queue is closed: the job removes what it wrote (or writes nothing)
+    q.prepare_done(job)
+    assert not prepared(tmp_path).exists()
+    q = open_prepared(tmp_path)
+    q.put(records(3, 3))
+    prepare(q)
+    q.delete()
+    assert names(tmp_path) == set()
+
+
+def test_non_durable_queues_never_prepare(tmp_path: Path) -> None:
+    q = open_q(tmp_path, max_bytes_per_file=SEGMENT)
+    for i in range(0, 60, 3):
+        q.put(records(i, 3))
+        assert not q.needs_prepare
+        assert all(not n.endswith(".tmp") for n in names(tmp_path))
+    assert seg(tmp_path, 3).stat().st_size == 3 * 104  # appended: size == writePos
+    q.close()
+
+
+def kill_snapshot(src: Path, dst: Path) -> Path:
+    """The files as a kill -9 would leave them now (the page cache survives a kill)."""
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_reopen_after_an_unclean_stop_reads_up_to_the_zeros(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    q = open_prepared(live)
+    q.put(records(0, 3))
+    prepare(q)
+    q.put(records(3, 20))  # segment 1, prepared, is being written
+    q.sync_now()  # positions on disk: writePos inside segment 1
+    q.put(records(23, 5))  # written (and, in durable mode, committed) after the positions
+    crashed = kill_snapshot(live, tmp_path / "crashed")
+    q.close()
+    assert seg(crashed, 1).stat().st_size == SEGMENT
+    corruptions = Corruptions()
+    again = open_prepared(crashed, on_corruption=corruptions)
+    assert again.depth == 28
+    assert seg(crashed, 1).read_bytes() == framed(records(19, 9))  # zeros cut off
+    assert drain(again) == records(0, 28)
+    again.put(records(28, 2))
+    again.close()
+    assert drain(open_prepared(crashed)) == records(28, 2)
+    assert corruptions.messages == []
+    assert no_bad_files(crashed)
+
+
+def test_a_rolled_segment_still_ending_in_zeros_is_read_to_its_last_record(
+    tmp_path: Path,
+) -> None:
+    # a roll's truncation had not reached the disk, but positions past it had
+    seg(tmp_path, 0).write_bytes(framed(records(0, 19)) + bytes(60))
+    seg(tmp_path, 1).write_bytes(framed(records(19, 2)) + bytes(SEGMENT - 208))
+    write_meta(tmp_path, 21, 0, 0, 1, 208)
+    corruptions = Corruptions()
+    q = open_prepared(tmp_path, on_corruption=corruptions)
+    assert q.peek(8) == records(0, 1)[0][:8]
+    out, tokens = q.read_many(100)  # reads on in the next segment
+    assert out == records(0, 21) and len(tokens) == 21
+    q.close()
+    assert corruptions.messages == []
+    assert no_bad_files(tmp_path)
+    assert seg(tmp_path, 1).stat().st_size == 208
+
+
+def test_segments_the_metadata_does_not_name_yet_are_read_not_overwritten(
+    tmp_path: Path,
+) -> None:
+    # killed after rolling on (its commit made the records durable), before the positions
+    seg(tmp_path, 0).write_bytes(framed(records(0, 19)))
+    seg(tmp_path, 1).write_bytes(framed(records(19, 19)))
+    seg(tmp_path, 2).write_bytes(framed(records(38, 4)) + bytes(SEGMENT - 416))
+    write_meta(tmp_path, 10, 0, 0, 0, 10 * 104)
+    corruptions = Corruptions()
+    q = open_prepared(tmp_path, on_corruption=corruptions)
+    assert q.depth == 42
+    q.put(records(42, 1))  # goes after them
+    assert drain(q) == records(0, 43)
+    q.close()
+    assert corruptions.messages == []
+    assert no_bad_files(tmp_path)
+
+
+def test_without_metadata_the_segments_are_recovered_up_to_the_zeros(tmp_path: Path) -> None:
+    seg(tmp_path, 0).write_bytes(framed(records(0, 19)) + bytes(3))  # under a length's size
+    seg(tmp_path, 1).write_bytes(framed(records(19, 5)) + bytes(SEGMENT - 520))
+    prepared(tmp_path).write_bytes(bytes(100))  # a preparation cut short
+    q = open_prepared(tmp_path)
+    assert not prepared(tmp_path).exists()
+    assert q.depth == 24
+    assert drain(q) == records(0, 24)
+    q.close()
+    assert no_bad_files(tmp_path)
+
+
+def test_zeros_followed_by_data_are_still_damage(tmp_path: Path) -> None:
+    seg(tmp_path, 0).write_bytes(framed(records(0, 2)) + bytes(8) + framed(records(2, 1)))
+    seg(tmp_path, 1).write_bytes(framed(records(3, 1)))
+    write_meta(tmp_path, 4, 0, 0, 1, 104)
+    corruptions = Corruptions()
+    q = open_prepared(tmp_path, on_corruption=corruptions)
+    assert drain(q) == records(0, 2) + records(3, 1)
+    q.close()
+    assert len(corruptions.messages) == 1
+    assert names(tmp_path) >= {seg(tmp_path, 0).name + ".bad"}
+
+
+# -- the daemon ------------------------------------------------------------------------------
+async def test_durable_daemon_prepares_segments_and_leaves_exact_ones(daemons: Daemons) -> None:
+    nsqd = await daemons.start(durable=True, max_bytes_per_file=4096)
+    nsqd.broker.get_channel(nsqd.broker.get_topic("t"), "c", 0.0)
+    data = daemons.data_path
+    await publish(nsqd, "t", BODIES[:20])  # ~ 720 bytes: past an eighth of a segment
+    await wait_for(lambda: prepared(data, "t:c").exists())
+    backend = nsqd.broker.topics["t"].channels["c"].backend
+    assert isinstance(backend, DiskQueue)
+    for start in range(20, 300, 20):
+        # each roll finds the next segment prepared (they are quick here; in general a roll
+        # that comes first appends)
+        await wait_for(lambda: not backend.needs_prepare and backend._prepare_state != 1)
+        await publish(nsqd, "t", BODIES[start : start + 20])
+    segments = sorted(p for p in data.iterdir() if p.name.startswith("t:c.diskqueue.0"))
+    assert len(segments) >= 3
+    assert segments[-1].stat().st_size == 4096  # the write segment: zeros ahead of writePos
+    await daemons.stop(nsqd)
+    assert not [p.name for p in data.iterdir() if p.name.endswith(".tmp")]
+    total = 0
+    for path in segments:  # every segment is exact: records end where the file ends
+        content, pos = path.read_bytes(), 0
+        while pos < len(content):
+            size = int.from_bytes(content[pos : pos + 4], "big")
+            assert 26 < size < 100
+            pos += 4 + size
+            total += 1
+        assert pos == len(content)
+    assert total == 300
+    nsqd = await daemons.start(durable=True, max_bytes_per_file=4096)
+    assert await consume(nsqd, "t", "c", 300) == BODIES
+
+
+async def test_memory_and_disk_mode_do_not_prepare(daemons: Daemons) -> None:
+    nsqd = await daemons.start(mem_queue_size=0, max_bytes_per_file=4096)
+    nsqd.broker.get_channel(nsqd.broker.get_topic("t"), "c", 0.0)
+    for start in range(0, 300, 20):
+        await publish(nsqd, "t", BODIES[start : start + 20])
+    assert not prepared(daemons.data_path, "t:c").exists()
+    backend = nsqd.broker.topics["t"].channels["c"].backend
+    assert isinstance(backend, DiskQueue) and not backend.prepare_segments
+    await daemons.stop(nsqd)
+    segments = sorted(daemons.data_path.glob("t:c.diskqueue.0*.dat"))
+    assert len(segments) >= 3
+    assert sum(p.stat().st_size for p in segments) == 300 * 36  # nothing but the records
