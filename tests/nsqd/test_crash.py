@@ -266,6 +266,24 @@ async def test_durable_mode_loses_no_acknowledged_message_across_kills(
     assert lost == 0, sorted(loop.acked - set(loop.consumed))[:20]
 
 
+async def test_durable_mode_with_small_segments_loses_nothing_across_kills(
+    tmp_path: Path, started: list[NsqdProcess], record_property: Callable[[str, object], None]
+) -> None:
+    """Segments of 64 KiB: kills land during rolls, in prepared segments (zeros past the last
+    record) and between a roll's commit and the positions that name the new segment."""
+    loop = CrashLoop(tmp_path / "data", ("--durable", "--max-bytes-per-file=65536"), started)
+    await loop.run(kills=4, seed=20261125)
+    lost, _ = loop.report(record_property, "durable-small-segments")
+    cut = sum(d.log.count("ends in zeros") for d in started)
+    later = sum(d.log.count("past the metadata") for d in started)
+    print(f"restarts that found segments past the metadata: {later}")
+    print(f"prepared segments' zero tails cut after a kill: {cut}")
+    record_property("durable-small-segments_zero_tails", cut)
+    assert len(loop.acked) > 0
+    assert lost == 0, sorted(loop.acked - set(loop.consumed))[:20]
+    assert not [p.name for p in loop.data_path.iterdir() if p.name.endswith(".bad")]
+
+
 async def test_default_mode_crash_loop_reports_its_loss(
     tmp_path: Path, started: list[NsqdProcess], record_property: Callable[[str, object], None]
 ) -> None:
