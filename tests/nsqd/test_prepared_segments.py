@@ -55,24 +55,26 @@ def no_bad_files(tmp_path: Path) -> bool:
 
 def test_writes_overwrite_a_prepared_segment_and_completed_ones_are_exact(tmp_path: Path) -> None:
     q = open_prepared(tmp_path)
-    first = records(0, 3)
-    q.put(first)  # 312 bytes: past an eighth of the segment
+    q.put(records(0, 3))  # 312 bytes: past an eighth of the segment
     assert seg(tmp_path, 0).stat().st_size == 312  # the first segment appends
     prepare(q)
-    assert prepared(tmp_path).stat().st_size == SEGMENT
     assert prepared(tmp_path).read_bytes() == bytes(SEGMENT)
-    rest = records(3, 25)  # 19 fill segment 0, the rest go to the prepared one
-    q.put(rest)
+    q.put(records(3, 5))  # the appending segment rolls on to the prepared one at once
     assert not prepared(tmp_path).exists()  # renamed into place
-    assert seg(tmp_path, 0).read_bytes() == framed((first + rest)[:19])  # exact, no zeros
-    one = seg(tmp_path, 1).read_bytes()
-    assert len(one) == SEGMENT  # ahead of writePos while it is written
-    assert one == framed(rest[16:]) + bytes(SEGMENT - 9 * 104)
+    assert seg(tmp_path, 0).read_bytes() == framed(records(0, 3))  # exact
+    assert seg(tmp_path, 1).read_bytes() == framed(records(3, 5)) + bytes(SEGMENT - 5 * 104)
+    q.put(records(8, 20))  # 14 fill segment 1 (19 records), 6 go to a new one, appended
+    assert seg(tmp_path, 1).read_bytes() == framed(records(3, 19))  # cut to its records
+    assert seg(tmp_path, 2).stat().st_size == 6 * 104
+    prepare(q)
+    q.put(records(28, 1))
+    assert seg(tmp_path, 2).read_bytes() == framed(records(22, 6))
+    assert seg(tmp_path, 3).stat().st_size == SEGMENT  # ahead of writePos while written
     q.close()
-    assert seg(tmp_path, 1).read_bytes() == framed(rest[16:])  # a clean close cuts the zeros
-    assert meta_file(tmp_path).read_bytes() == b"28\n0,0\n1,%d\n" % (9 * 104)
+    assert seg(tmp_path, 3).read_bytes() == framed(records(28, 1))  # a clean close cuts too
+    assert meta_file(tmp_path).read_bytes() == b"29\n0,0\n3,104\n"
     again = open_prepared(tmp_path)
-    assert drain(again) == first + rest
+    assert drain(again) == records(0, 29)
     again.close()
     assert no_bad_files(tmp_path)
 
@@ -85,8 +87,10 @@ def test_a_roll_before_the_prepared_segment_is_ready_appends(tmp_path: Path) -> 
     assert seg(tmp_path, 1).stat().st_size == 4 * 104  # appended
     job.run()
     q.prepare_done(job)
-    q.put(records(23, 30))  # the next roll uses it
-    assert seg(tmp_path, 2).stat().st_size == SEGMENT
+    q.put(records(23, 30))  # rolls on to it at once, fills it, then appends again
+    assert seg(tmp_path, 1).read_bytes() == framed(records(19, 4))
+    assert seg(tmp_path, 2).read_bytes() == framed(records(23, 19))
+    assert seg(tmp_path, 3).stat().st_size == 11 * 104
     q.close()
     assert not prepared(tmp_path).exists()
     again = open_prepared(tmp_path)
@@ -131,20 +135,20 @@ def test_reopen_after_an_unclean_stop_reads_up_to_the_zeros(tmp_path: Path) -> N
     q = open_prepared(live)
     q.put(records(0, 3))
     prepare(q)
-    q.put(records(3, 20))  # segment 1, prepared, is being written
+    q.put(records(3, 10))  # segment 1, prepared, is being written
     q.sync_now()  # positions on disk: writePos inside segment 1
-    q.put(records(23, 5))  # written (and, in durable mode, committed) after the positions
+    q.put(records(13, 5))  # written (and, in durable mode, committed) after the positions
     crashed = kill_snapshot(live, tmp_path / "crashed")
     q.close()
     assert seg(crashed, 1).stat().st_size == SEGMENT
     corruptions = Corruptions()
     again = open_prepared(crashed, on_corruption=corruptions)
-    assert again.depth == 28
-    assert seg(crashed, 1).read_bytes() == framed(records(19, 9))  # zeros cut off
-    assert drain(again) == records(0, 28)
-    again.put(records(28, 2))
+    assert again.depth == 18
+    assert seg(crashed, 1).read_bytes() == framed(records(3, 15))  # zeros cut off
+    assert drain(again) == records(0, 18)
+    again.put(records(18, 2))
     again.close()
-    assert drain(open_prepared(crashed)) == records(28, 2)
+    assert drain(open_prepared(crashed)) == records(18, 2)
     assert corruptions.messages == []
     assert no_bad_files(crashed)
 

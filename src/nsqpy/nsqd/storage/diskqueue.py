@@ -43,7 +43,8 @@ write segment holds an eighth of ``max_bytes_per_file``, ``needs_prepare`` asks 
 (at most ``PREPARE_MAX``) in ``<name>.diskqueue.next.tmp``, fsynced. The next roll renames it
 into place (the new segment's directory entry is synced by the next commit, as for any new
 segment); if it is not ready by then the new segment grows by appends as before, nothing
-waits. A segment rolled away from, and the write segment on a clean close, are truncated to
+waits, and the first write after it is ready rolls on to it early (so a queue's first
+segment, which is never prepared, ends soon after an eighth of ``max_bytes_per_file``). A segment rolled away from, and the write segment on a clean close, are truncated to
 their real length before their last sync, so completed segments stay exact go-diskqueue files.
 
 With ``track_acks`` a record read is only gone once ``finish(token)`` is called. The metadata
@@ -683,7 +684,10 @@ class DiskQueue:
         Appends ``(segment, [start position of each record written])`` to ``runs`` when
         given. The batch is framed with C-level iterators (no Python step per record)."""
         limit = self.max_bytes_per_file
-        if self._write_pos > 0 and self._write_pos + 4 + len(records[start]) > limit:
+        if self._write_pos > 0 and (
+            self._write_pos + 4 + len(records[start]) > limit
+            or (self._prepare_state == _PREPARED and not self._zero_tail)
+        ):  # full, or an appending segment while a prepared one is ready: move to it
             self._roll()
         fd = self._write_fd if self._write_fd is not None else self._open_write_file()
         pos = self._write_pos
