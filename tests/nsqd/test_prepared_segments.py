@@ -8,15 +8,30 @@ Expected segment contents are framed by hand from the format, never with the wri
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from conftest import wait_for
-from test_diskqueue import Corruptions, drain, frame, meta_file, names, open_q, rec, seg, write_meta
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import rule
+from test_diskqueue import (
+    AckedQueueMachine,
+    Corruptions,
+    drain,
+    frame,
+    meta_file,
+    names,
+    open_q,
+    rec,
+    seg,
+    write_meta,
+)
 from test_persistence import BODIES, Daemons, consume, daemons, publish
 
-from nsqpy.nsqd.storage.diskqueue import DiskQueue
+from nsqpy.nsqd.storage.diskqueue import DiskQueue, PrepareJob
 
 __all__ = ["daemons"]  # the fixture, imported for the tests below
 
@@ -258,3 +273,68 @@ async def test_memory_and_disk_mode_do_not_prepare(daemons: Daemons) -> None:
     segments = sorted(daemons.data_path.glob("t:c.diskqueue.0*.dat"))
     assert len(segments) >= 3
     assert sum(p.stat().st_size for p in segments) == 300 * 36  # nothing but the records
+
+
+# -- any sequence ----------------------------------------------------------------------------
+class PreparedQueueMachine(AckedQueueMachine):
+    """Durable mode's queue: the acked machine's rules plus preparations that finish at any
+    time (or never), and kill -9 snapshots reopened: never a loss, never a .bad file."""
+
+    def __init__(self) -> None:
+        self.job: PrepareJob | None = None
+        self.snapshots = 0
+        super().__init__()
+        self.base = self.dir
+
+    def open(self) -> DiskQueue:
+        return open_q(
+            Path(self.dir), max_bytes_per_file=400, track_acks=True, prepare_segments=True
+        )
+
+    @rule(now=st.booleans())
+    def prepare(self, now: bool) -> None:
+        """Hand a job out if one is due; run the one handed out now or leave it for later."""
+        if self.job is None and self.q.needs_prepare:
+            self.job = self.q.prepare_job()
+        if now and self.job is not None:
+            job, self.job = self.job, None
+            job.run()
+            self.q.prepare_done(job)
+
+    @rule(n=st.integers(1, 5))
+    def prepare_and_put(self, n: int) -> None:
+        """The usual case: the preparation is quick, the next write rolls on to it."""
+        if self.job is None and self.q.needs_prepare:
+            self.job = self.q.prepare_job()
+        self.prepare(True)
+        self.put(n)
+
+    @rule()
+    def kill_and_reopen(self) -> None:
+        """Reopen the files as a kill -9 leaves them; everything from the oldest unfinished
+        record on comes back (and maybe some before it, as duplicates), in order."""
+        self.snapshots += 1
+        crashed = f"{self.base}-kill{self.snapshots}"
+        shutil.copytree(self.dir, crashed)
+        self.q.close()
+        if self.job is not None:  # its thread died with the process
+            self.job = None
+        shutil.rmtree(self.dir)
+        self.dir = crashed
+        self.q = self.open()
+        oldest = min(self.outstanding.values(), default=self.next_read)
+        got, tokens = self.q.read_many(len(self.records) + 1)
+        assert got == self.records[len(self.records) - len(got) :]  # the newest, in order
+        assert len(self.records) - len(got) <= oldest  # nothing unfinished is missing
+        self.outstanding = {t: len(self.records) - len(got) + i for i, t in enumerate(tokens)}
+        self.next_read = len(self.records)
+        assert not [n for n in os.listdir(self.dir) if n.endswith(".bad")]
+
+    @rule()
+    def reopen(self) -> None:
+        self.job = None  # close removes the prepared file; a job left over does nothing
+        super().reopen()
+
+
+TestPreparedQueueMachine = PreparedQueueMachine.TestCase
+TestPreparedQueueMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
