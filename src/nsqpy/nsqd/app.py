@@ -170,6 +170,7 @@ class NSQD:
             self.loop.call_soon(self._flush_all)
 
     def _flush_all(self) -> None:
+        self.store.poll_commits()  # OKs whose fsync ended meanwhile go out in this flush
         self._flush_scheduled = False
         dirty, self._dirty = self._dirty, []
         for conn in dirty:

@@ -94,7 +94,7 @@ class Fsyncers:
         self._work_r, self._work_w = os.pipe()
         self._done_r, self._done_w = os.pipe()
         os.set_blocking(self._done_r, False)
-        loop.add_reader(self._done_r, self._read_answers)
+        loop.add_reader(self._done_r, self.read_answers)
         body = worker if worker is not None else serve
         self._threads = [
             threading.Thread(
@@ -118,7 +118,8 @@ class Fsyncers:
             sent += 1
         return sent
 
-    def _read_answers(self) -> None:
+    def read_answers(self) -> None:
+        """Take the answers written so far (the pipe is non-blocking: none is fine)."""
         try:
             data = os.read(self._done_r, _ANSWER.size * 256)
         except BlockingIOError:
@@ -132,7 +133,7 @@ class Fsyncers:
             os.write(self._work_w, _REQUEST.pack(*([0] * REQUEST_INTS)))
         for thread in self._threads:
             thread.join()
-        self._read_answers()  # answers written after the loop's last look
+        self.read_answers()  # answers written after the loop's last look
         self.loop.remove_reader(self._done_r)
         for fd in (self._work_r, self._work_w, self._done_r, self._done_w):
             os.close(fd)

@@ -184,6 +184,17 @@ class DiskStore(DiskHooks):
         else:
             self._kick()
 
+    def poll_commits(self) -> None:
+        """Durable mode: take the fsync answers that came while this loop iteration ran.
+
+        The daemon calls it just before it flushes its connections: a publisher whose commit
+        completed meanwhile gets its OK in this flush, not one loop iteration later (after
+        every read and delivery that the next poll brings). Under PUB+SUB a durable publish
+        waited ~500 us for a ~200 us fdatasync. A non-blocking read, only while a commit is
+        out."""
+        if self._by_id and self._fsyncers is not None:
+            self._fsyncers.read_answers()
+
     def write_failed(self, error: Exception) -> None:
         self.set_health(f"NOK - {error}")
 
