@@ -26,6 +26,13 @@ MAX_LEASES_PER_NSQD: Final = 64
 #: take its first message whatever its size).
 MAX_LEASE_COUNT: Final = 500_000
 MAX_LEASE_BYTES: Final = 24 * 1024 * 1024
+#: A task reads its share of a batch as up to this many leases, which overlap: nsqd encodes
+#: the next lease while the task's Python worker turns one into Arrow and Spark writes the one
+#: before. With one lease per task the three took turns and each waited for the others.
+PIPELINED_LEASES: Final = 4
+#: ...but a share is not cut into leases below this many messages: each lease costs commands
+#: in the planner and a frame in the task, which small batches would not win back.
+MIN_PIPELINED_COUNT: Final = 8_192
 #: How long one waiting reserve may wait: an idle source then starts a batch within about
 #: this much (plus nsqd's 100 ms queue scan) of the first message.
 WAIT_STEP: Final = 0.25
@@ -69,7 +76,9 @@ def asks(
         if count == 0:
             continue
         cap = max(1, min(caps[nsqd], MAX_LEASE_COUNT))
-        needed = max(tasks_each, math.ceil(count / cap), math.ceil(byte_share / MAX_LEASE_BYTES))
+        pieces = max(1, min(PIPELINED_LEASES, count // (tasks_each * MIN_PIPELINED_COUNT)))
+        needed = max(tasks_each * pieces, math.ceil(count / cap),
+                     math.ceil(byte_share / MAX_LEASE_BYTES))  # fmt: skip
         leases = min(needed, count, MAX_LEASES_PER_NSQD)
         count = min(count, leases * cap)
         each_bytes = max(1, min(MAX_LEASE_BYTES, math.ceil(byte_share / leases)))
