@@ -161,7 +161,8 @@ class LeaseCore:
 
     def _plan(self, query: str, batch: int, limits: Limits) -> list[LeaseRef]:
         """Reserve the batch's leases at once; if all come back empty, wait for messages in
-        steps of one waiting lease per nsqd, up to ``pollTimeout``; then reserve them all."""
+        steps of one waiting lease per nsqd, up to ``pollTimeout``; then reserve them all.
+        Under AvailableNow a run that has taken a batch does not wait."""
         opts = self.opts
         self._caps = self.links.caps()
         planned = lease_plan.asks(query, batch, self._caps, limits, opts.num_partitions)
@@ -169,6 +170,12 @@ class LeaseCore:
             time.sleep(opts.poll_timeout)  # no nsqd (yet): do not spin
             return []
         got = self._reserve(planned, 0.0)
+        if not got and self.cut_ns and self.stats.batches:
+            # AvailableNow, once the run has taken a batch: nsqd has just answered for its
+            # whole queue, and later messages are not this run's, so the run ends here rather
+            # than after pollTimeout. (Not at the first trigger: a message published just before
+            # the cut may still be on its way from the topic to the channel.)
+            return got
         deadline = time.monotonic() + opts.poll_timeout
         firsts = lease_plan.firsts(planned)
         while not got and (left := deadline - time.monotonic()) > 0:
