@@ -142,6 +142,17 @@ def test_the_budget_is_split_exactly_over_nsqds_leases_and_caps() -> None:
     assert lease_plan.asks("q", 3, {}, ALL, 2) == []
 
 
+def test_a_large_share_is_read_as_several_leases_per_task() -> None:
+    """So that a task's fetch, Arrow and write overlap; small shares stay one lease a task."""
+    per_task = lease_plan.PIPELINED_LEASES * lease_plan.MIN_PIPELINED_COUNT
+    asks = lease_plan.asks("q", 3, {A: 10**6}, Limits(2 * per_task, 64 << 20), num_partitions=2)
+    assert len(asks) == 2 * lease_plan.PIPELINED_LEASES
+    refs = [LeaseRef(A, a.name, a.count, 0) for a in asks]
+    assert [len(s.leases) for s in lease_plan.splits(refs, 2)] == [lease_plan.PIPELINED_LEASES] * 2
+    small = lease_plan.asks("q", 3, {A: 10**6}, Limits(lease_plan.MIN_PIPELINED_COUNT, 16 << 20), 2)
+    assert len(small) == 2
+
+
 def test_tasks_get_whole_leases_balanced_by_count() -> None:
     refs = [LeaseRef(A, "a", 10, 0), LeaseRef(B, "b", 4, 0), LeaseRef(A, "c", 5, 0),
             LeaseRef(B, "d", 1, 0)]  # fmt: skip
@@ -254,6 +265,19 @@ def test_available_now_reserves_with_the_cut() -> None:
     core.prepare_available_now()
     core.latest(LeaseOffset("q0"), ALL)
     assert seen[0] == 0 and abs(seen[-1] - time.time_ns()) < 10**10
+
+
+def test_available_now_ends_without_waiting_once_the_run_has_taken_a_batch() -> None:
+    core, links = make(A, pollTimeout="5s")
+    core.prepare_available_now()
+    links.arrive_after_waits = 1  # at the first trigger a message may still be on its way
+    first = core.latest(LeaseOffset("q0"), ALL)
+    assert first is not None and first.count == 1
+    links.calls.clear()
+    began = time.monotonic()
+    assert core.latest(first, ALL) is None  # drained: nsqd answered for its whole queue
+    assert time.monotonic() - began < 1.0
+    assert [w for kind, w in links.calls if kind == "reserve"] == [0.0]
 
 
 def test_a_fetched_lease_becomes_the_arrow_batch_spark_expects() -> None:
