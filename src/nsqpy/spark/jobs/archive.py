@@ -34,6 +34,7 @@ from nsqpy.protocol.names import is_valid_name
 from nsqpy.spark.jobs import preflight
 from nsqpy.spark.jobs.errors import JobError, spark_failure
 from nsqpy.spark.jobs.layout import (
+    ARCHIVE_WRITER_OPTIONS,
     PARQUET_WRITE_OPTIONS,
     PARTITION_COLUMNS,
     SINK_METADATA,
@@ -138,7 +139,7 @@ def start_archive(spark: SparkSession, cfg: ArchiveConfig) -> StreamingQuery:
         .option("path", cfg.output)
         .option("checkpointLocation", cfg.checkpoint)
         .option("compression", cfg.compression)
-        .options(**PARQUET_WRITE_OPTIONS)
+        .options(**PARQUET_WRITE_OPTIONS, **ARCHIVE_WRITER_OPTIONS)
         .partitionBy(*PARTITION_COLUMNS)
         .outputMode("append")
     )
