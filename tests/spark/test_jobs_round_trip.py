@@ -88,12 +88,17 @@ def test_archive_then_replay_gives_back_every_body_once(
     publish(nsqd.tcp_address, "rt_a", bodies)
     publish(nsqd.tcp_address, "rt_b", numbered(40, prefix="b"))
     lines: list[str] = []
+    settings = ("spark.sql.maxConcurrentOutputFileWriters",
+                "spark.sql.streaming.checkpointFileManagerClass")  # fmt: skip
+    session_before = [spark.conf.get(key, None) for key in settings]
 
     totals = run_archive(
         spark, archive_config(nsqd, tmp_path, "rt_a", "rt_b", available_now=True), lines.append
     )
 
     assert totals.rows == 345, lines
+    # the archive's own settings were the query's only: the caller's session is as it was
+    assert [spark.conf.get(key, None) for key in settings] == session_before
     assert any(line.startswith("batch ") for line in lines), lines
     wait_until(lambda: settled(nsqd, "rt_a") and settled(nsqd, "rt_b"), 30, "all FINished")
     archive = str(tmp_path / "archive")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import reduce
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -91,11 +91,21 @@ def with_archive_columns(df: DataFrame, archived_at: Column | None = None) -> Da
 
 def path_exists(spark: SparkSession, path: str) -> bool:
     """Whether ``path`` exists, on whatever file system Spark would use for it (local, HDFS, S3)."""
+    hadoop_path, fs = _file_system(spark, path)
+    return bool(fs.exists(hadoop_path))
+
+
+def is_local(spark: SparkSession, path: str) -> bool:
+    """Whether Spark would keep ``path`` on this machine's file system (``file:``)."""
+    return str(_file_system(spark, path)[1].getScheme()) == "file"
+
+
+def _file_system(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """``path`` as a Hadoop Path, and the Hadoop FileSystem it is on (py4j objects)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a classic (non-Connect) session always has one
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return bool(fs.exists(hadoop_path))
+    return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
 
 def read_archive(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
