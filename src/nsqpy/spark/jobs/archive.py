@@ -146,7 +146,7 @@ def check_output(spark: SparkSession, cfg: ArchiveConfig) -> None:
 
 
 def query_settings(spark: SparkSession, cfg: ArchiveConfig) -> dict[str, str]:
-    """Session settings for the archive's query alone (see ``start_archive``)."""
+    """Session settings for the archive's query alone (see ``run_archive``)."""
     settings = {"spark.sql.maxConcurrentOutputFileWriters": str(CONCURRENT_WRITERS)}
     if is_local(spark, cfg.checkpoint) and is_local(spark, cfg.output):
         settings["spark.sql.streaming.checkpointFileManagerClass"] = LOCAL_CHECKPOINT_MANAGER
@@ -170,12 +170,8 @@ def _session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Itera
 
 
 def start_archive(spark: SparkSession, cfg: ArchiveConfig) -> StreamingQuery:
-    """Start the archive's query.
-
-    ``query_settings`` are in the session only while the query starts: its logs are made then,
-    and its stream runs on a copy of the session taken then, so the caller's session is left
-    as it was.
-    """
+    """Start the archive's query, with the session's settings as they are (``run_archive``
+    adds ``query_settings`` for the query's lifetime)."""
     writer = (
         archive_frame(spark, cfg)
         .writeStream.format("parquet")
@@ -191,8 +187,7 @@ def start_archive(spark: SparkSession, cfg: ArchiveConfig) -> StreamingQuery:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{round(cfg.trigger_seconds * 1000)} milliseconds")
-    with _session_settings(spark, query_settings(spark, cfg)):
-        return writer.start()
+    return writer.start()
 
 
 def run_archive(
@@ -201,11 +196,19 @@ def run_archive(
     emit: Emit,
     stop: StopRequest | None = None,
 ) -> Totals:
-    """Archive until the queue is drained (``available_now``) or ``stop`` is requested."""
+    """Archive until the queue is drained (``available_now``) or ``stop`` is requested.
+
+    ``query_settings`` are in the session while the query runs, and as they were afterwards:
+    the query's stream takes its copy of the session once it has started, not in ``start()``.
+    """
     preflight.check_nsqd(cfg.nsqd_tcp_addresses)
     preflight.check_lookupd(cfg.lookupd_http_addresses)
     check_output(spark, cfg)
-    stop = stop or StopRequest()
+    with _session_settings(spark, query_settings(spark, cfg)):
+        return _run(spark, cfg, emit, stop or StopRequest())
+
+
+def _run(spark: SparkSession, cfg: ArchiveConfig, emit: Emit, stop: StopRequest) -> Totals:
     try:
         query = start_archive(spark, cfg)
     except PySparkException as exc:  # e.g. an output path Spark cannot write
