@@ -56,7 +56,7 @@ QUERY_NAME: Final = "nsqpy_archive"
 CONCURRENT_WRITERS: Final = 8
 #: Writes the checkpoint's and the file sink's logs with Hadoop's FileSystem instead of its
 #: FileContext, whose local implementation runs ``readlink`` as a process eight times per log
-#: file (24 processes a batch, 40-60 ms of each batch's critical path). Only for local paths,
+#: file (24 processes a batch, about 50 ms of each batch's critical path). Only for local paths,
 #: where a rename is atomic (the condition for this manager); Spark picks it itself on file
 #: systems without FileContext.
 LOCAL_CHECKPOINT_MANAGER: Final = (

@@ -37,8 +37,9 @@ PARQUET_WRITE_OPTIONS: Final[Mapping[str, str]] = MappingProxyType(
 #: Options of the archive's own Parquet writer (not session settings: they are Hadoop keys).
 #: ``id`` and ``body`` are unique per message, so Parquet's dictionary encoding filled a
 #: dictionary, gave up on it and wrote them plain after all (18% of the write tasks' samples
-#: in a profile); they are written plain from the start. The other columns keep their dictionaries,
-#: which suit them (``timestamp`` repeats within an MPUB; the rest are nearly constant).
+#: in a profile); they are written plain from the start. The other columns keep their
+#: dictionaries, which suit them (``timestamp`` repeats within an MPUB; the rest are nearly
+#: constant).
 ARCHIVE_WRITER_OPTIONS: Final[Mapping[str, str]] = MappingProxyType(
     {"parquet.enable.dictionary#id": "false", "parquet.enable.dictionary#body": "false"}
 )
@@ -62,8 +63,8 @@ def batch_time() -> Column:
     form whose generated code is the same for every batch.
 
     Spark puts each batch's time into the plan as a constant, and the code it generates for the
-    archive's projection inlined it: every batch compiled new classes (janino, then the JIT's
-    C2 again), which was most of the JVM's CPU in a profile of a 1M-message archive. Passed
+    archive's projection inlined it: every batch compiled a new class (janino, then the JIT's
+    C2 again), the largest item of the JIT's work in a profile of a 1M-message archive. Passed
     through ``reflect`` (evaluated, never compiled), the value stays the same and the code is
     compiled once; it costs a method call and a short string per row.
     """
