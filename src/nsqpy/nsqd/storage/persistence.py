@@ -19,9 +19,12 @@ everything it depends on is on stable storage.
 In durable mode a round is a commit and nothing else: the data fdatasync of every queue
 written since the last round (``DiskQueue.commit_job``: segments rolled away from and a new
 segment's directory entry included), done by ``fsyncers``' workers, which need no GIL between
-the loop's request and their answer. It starts at once, from ``after_commit``, when a thread
-is free: a publish is written by the time it waits, and waiting for the end of the loop
-iteration cost a publisher ~100 us. The positions (``--sync-every``, ``--sync-timeout``) go
+the loop's request and their answer. It starts at once, when a thread is free: from
+``wrote``, as soon as a queue has been written (the publisher, which hands its messages to
+consumers before it asks for its commit, then joins that round: ``after_commit`` joins the
+newest round when nothing was written since it started), or from ``after_commit``. Waiting
+for the end of the loop iteration cost a publisher ~100 us, and starting only from
+``after_commit`` another ~100 us of delivery work. The positions (``--sync-every``, ``--sync-timeout``) go
 to a lane of their own, one ``position_job`` round at a time on a third thread that nobody
 waits for: in a commit round they cost the publishers of that round, and of the rounds
 answered after it, a metadata write with its own fsync and rename (1-4 ms on a busy disk)
@@ -157,6 +160,10 @@ class DiskStore(DiskHooks):
             self._written[id(backend)] = backend
             if backend.needs_prepare and not self._closed:
                 self._prepare(backend)
+            if self._busy < ROUNDS_IN_FLIGHT and not self._closed:
+                # sync it now: its publisher joins this round (after_commit) once it has
+                # handed the messages to consumers, instead of starting one after that
+                self._commit_round()
         self.set_health("OK")
         if backend.needs_sync:
             self._sync_due = True
@@ -178,6 +185,11 @@ class DiskStore(DiskHooks):
             # a topic or channel this commit's data needs may not be in nsqd.dat yet
             callback = _both(callback)
             meta.after_write(callback)
+        if self.durable and not self._written and self._rounds:
+            # nothing written since the newest round started: it covers this caller's data,
+            # and rounds are answered in the order they started
+            self._rounds[-1].waiting.append(callback)
+            return
         self._waiting.append(callback)
         if self.durable and self._busy < ROUNDS_IN_FLIGHT and not self._closed:
             self._commit_round()  # what it waits for is written: start now (module docstring)
