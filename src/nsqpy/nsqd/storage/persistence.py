@@ -16,22 +16,21 @@ fails the rounds that started while it ran (they may have counted on its fsync o
 segment's directory entry), so overlapping never answers a publish before its data and
 everything it depends on is on stable storage.
 
-In durable mode a round is a commit and nothing else: the data fdatasync of every queue
-written since the last round (``DiskQueue.commit_job``: segments rolled away from and a new
-segment's directory entry included), done by ``fsyncers``' workers, which need no GIL between
-the loop's request and their answer. It starts at once, when a thread is free: from
-``wrote``, as soon as a queue has been written (the publisher, which hands its messages to
-consumers before it asks for its commit, then joins that round: ``after_commit`` joins the
-newest round when nothing was written since it started), or from ``after_commit``. Waiting
-for the end of the loop iteration cost a publisher ~100 us, and starting only from
-``after_commit`` another ~100 us of delivery work. The positions (``--sync-every``, ``--sync-timeout``) go
-to a lane of their own, one ``position_job`` round at a time on a third thread that nobody
-waits for: in a commit round they cost the publishers of that round, and of the rounds
-answered after it, a metadata write with its own fsync and rename (1-4 ms on a busy disk)
-every few MPUBs. Positions only decide what replays after a crash (duplicates, never loss);
-the rules that make that so still hold in the lane: the metadata is written after an
-fdatasync of the data it describes, and a segment is deleted only after a completed
-position round recorded a read position past it.
+In durable mode a round is a commit and nothing else: the data fdatasync of every queue written
+since the last round (``DiskQueue.commit_job``: segments rolled away from and a new segment's
+directory entry included), done by ``fsyncers``' workers, which need no GIL between the loop's
+request and their answer. It starts at once, when a thread is free: from ``wrote``, as soon as
+a queue has been written (the publisher, which hands its messages to consumers before it asks
+for its commit, then joins that round: ``after_commit`` joins the newest round when nothing was
+written since it started), or from ``after_commit``. Waiting for the end of the loop iteration
+cost a publisher ~100 us, and starting only from ``after_commit`` another ~100 us of delivery
+work. The positions (``--sync-every``, ``--sync-timeout``) go to a lane of their own, one
+``position_job`` round at a time on a third thread that nobody waits for: in a commit round
+they cost the publishers of that round, and of the rounds answered after it, a metadata write
+with its own fsync and rename (1-4 ms on a busy disk) every few MPUBs. Positions only decide
+what replays after a crash (duplicates, never loss); the rules that make that so still hold in
+the lane: the metadata is written after an fdatasync of the data it describes, and a segment is
+deleted only after a completed position round recorded a read position past it.
 
 Durable queues also prepare their next segment ahead (``DiskQueue.prepare_job``: zeros,
 synced, so that commits fdatasync overwrites rather than appends, which commit the
