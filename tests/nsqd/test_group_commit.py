@@ -101,6 +101,25 @@ async def test_a_publish_does_not_wait_for_the_round_under_way(
     await store.close([queue])
 
 
+async def test_a_write_starts_its_commit_and_the_publisher_joins_that_round(
+    tmp_path: Path, gates: Gates
+) -> None:
+    """The fsync starts when the queue is written, not when the publisher (which first hands
+    its messages to consumers) asks; asking then joins that round instead of adding one."""
+    store, queue, answers = await start(tmp_path)
+    queue.put([b"a".ljust(40, b".")])
+    store.wrote(queue)
+    await wait_for(lambda: gates.started == 1)  # under way before anyone waits for it
+    store.after_commit(lambda ok: answers.append(f"a:{ok}"))
+    assert len(store._rounds) == 1  # joined, no round of its own
+    await asyncio.sleep(0)
+    assert answers == []  # not before its fsync
+    gates.gates[0].set()
+    await wait_for(lambda: answers == ["a:True"])
+    assert gates.started == 1
+    await store.close([queue])
+
+
 async def test_a_failed_round_fails_the_rounds_that_started_while_it_ran(
     tmp_path: Path, gates: Gates
 ) -> None:
