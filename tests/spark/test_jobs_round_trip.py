@@ -166,7 +166,7 @@ def test_a_stop_request_waits_until_the_last_batch_is_finished(
         worker.join(150)
     assert not worker.is_alive()
     assert "error" not in outcome, outcome
-    assert settled(nsqd, "rt_live"), nsqd.channel("rt_live", CHANNEL)
+    assert settled(nsqd, "rt_live"), (nsqd.channel("rt_live", CHANNEL), lines)
     rows = read_archive(spark, [cfg.output]).select("nsqd", "id").collect()
     assert len(rows) == 300
     assert len(set(rows)) == 300

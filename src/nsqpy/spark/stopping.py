@@ -12,6 +12,10 @@ FINished. Spark shows it two ways:
 
 * ``status["isDataAvailable"]`` is false after such a trigger. It may describe a trigger that
   ran before the caller's messages arrived, and it is also false before the first trigger.
+  In Spark 4 it is also false, for nothing, early in every trigger that follows a batch: each
+  batch gets a new status, filled in only after its ``latestOffset``, the offset log and the
+  commit of the batch before it. So the last progress must show that the batch which ran last
+  carried no rows: a commit tick's batch, whose planning FINished the one before it.
 * ``processAllAvailable()`` returns once a trigger that began after the call found nothing.
   It has no timeout and blocks for as long as data keeps coming, so it runs on a helper thread.
 
@@ -88,12 +92,35 @@ def _nothing_pending(
     """Poll the query's status until its last trigger found nothing to do (True)."""
     nap = force if force is not None else threading.Event()  # set: wakes the poll at once
     while query.isActive:
-        if not query.status["isDataAvailable"]:
+        if _found_nothing(query):
             return True
         if give_up():
             return False
         nap.wait(POLL_SECONDS)
     return True  # ended by itself: AvailableNow FINishes its last batch before it ends
+
+
+def _found_nothing(query: StreamingQuery) -> bool:
+    """No batch with rows is running, or has run since the last commit: all are FINished.
+
+    Status and progress are read twice, in turn: a batch that ran between two reads shows as a
+    true ``isDataAvailable`` (set before the batch runs, until the next trigger starts) or as a
+    progress that changed.
+    """
+    if query.status["isDataAvailable"]:
+        return False
+    before = _last_batch(query)
+    if before is not None and before[2] > 0:
+        return False
+    return not query.status["isDataAvailable"] and _last_batch(query) == before
+
+
+def _last_batch(query: StreamingQuery) -> tuple[int, str, int] | None:
+    """(batch id, timestamp, input rows) of the query's last progress; None before any."""
+    progress = query.lastProgress
+    if progress is None:
+        return None
+    return (progress.batchId, progress.timestamp, progress.numInputRows)
 
 
 class _CaughtUp:
