@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -58,6 +60,45 @@ def test_take_holds_until_finish_then_stop_requeues_the_rest(
     assert stats["depth"] == 60
     assert (stats["requeue_count"], stats["timeout_count"]) == (60, 0)  # REQ'd, not dropped
     assert ingest.stats.requeued == 60
+
+
+def test_a_second_shutdown_returns_only_once_the_first_handed_everything_back(
+    nsqd_proc: NsqdFactory, ingests: list[Ingest]
+) -> None:
+    """Spark's end of stream and its SIGTERM can both stop the runner; the handler exits the
+    process as soon as its call returns, so that call must wait for the REQs under way."""
+    nsqd = nsqd_proc()
+    publish(nsqd.tcp_address, "t", numbered(30))
+    ingest = start(ingests, nsqd, "t", maxInFlight=100)
+    wait_until(lambda: ingest.available() == 30, 10, "30 in the inbox")
+    ingest.take(30, BIG, wait=1.0)
+    entered, release = threading.Event(), threading.Event()
+    real_close = ingest._close
+
+    async def held_close(requeue: bool, drain_limit: float) -> None:
+        entered.set()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+        await real_close(requeue, drain_limit)
+
+    ingest._close = held_close  # type: ignore[method-assign]
+    first = threading.Thread(target=ingest.shutdown, kwargs={"requeue": True, "timeout": 5.0})
+    first.start()
+    assert entered.wait(10)
+    seen: list[int] = []
+
+    def second() -> None:
+        ingest.shutdown(requeue=True, timeout=5.0)
+        seen.append(nsqd.channel("t", "spark")["in_flight_count"])
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    waiter.join(0.5)  # it must still be waiting: the first shutdown is held
+    assert waiter.is_alive()
+    release.set()
+    waiter.join(10)
+    first.join(10)
+    assert seen == [0]  # when the second call returned, every message was back in nsqd
+    assert nsqd.channel("t", "spark")["requeue_count"] == 30
 
 
 def test_stop_without_requeue_leaves_messages_to_nsqd(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -88,6 +89,8 @@ class Ingest:
         self._touch_timer: asyncio.TimerHandle | None = None
         self._stopping = False
         self._closed = False
+        self._shut = threading.Event()  # set once a shutdown has run to its end
+        self._first_shutdown = threading.Lock()  # taken (never given back) by the first one
 
     # --- lifecycle (caller's thread) ---------------------------------------------------------
 
@@ -108,15 +111,24 @@ class Ingest:
         self._thread = thread
 
     def shutdown(self, *, requeue: bool, timeout: float = 2.0) -> None:
-        """RDY 0, then REQ every held message (``requeue``), CLS, close. Idempotent."""
+        """RDY 0, then REQ every held message (``requeue``), CLS, close. Idempotent.
+
+        A call while another thread's shutdown is under way waits for it (up to the same
+        bound): a SIGTERM handler exits the process right after its call, which must not cut
+        off the REQs of a shutdown that Spark's end of stream started a moment before.
+        """
         thread = self._thread
-        if thread is None or self._closed:
+        if thread is None:
+            return
+        if not self._first_shutdown.acquire(blocking=False):  # atomic, even in a handler
+            self._shut.wait(timeout + 1.0)
             return
         self._closed = True
         try:
             thread.run(self._close(requeue, timeout), timeout=timeout + 1.0)
         finally:
             thread.stop()
+            self._shut.set()
 
     # --- messages (caller's thread) ------------------------------------------------------------
 
