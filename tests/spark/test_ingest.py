@@ -101,6 +101,39 @@ def test_a_second_shutdown_returns_only_once_the_first_handed_everything_back(
     assert nsqd.channel("t", "spark")["requeue_count"] == 30
 
 
+def test_a_second_shutdown_does_not_wait_for_the_first_callers_return(
+    nsqd_proc: NsqdFactory, ingests: list[Ingest]
+) -> None:
+    """The first caller may be the main thread a SIGTERM handler interrupted: it returns only
+    after the handler, so the second call must go by the close's end on the loop thread."""
+    nsqd = nsqd_proc()
+    publish(nsqd.tcp_address, "t", numbered(10))
+    ingest = start(ingests, nsqd, "t")
+    wait_until(lambda: ingest.available() == 10, 10, "10 in the inbox")
+    loop_thread = ingest._thread
+    assert loop_thread is not None
+    resume = threading.Event()
+    real_stop = loop_thread.stop
+
+    def suspended_stop() -> None:  # the first caller, stuck after its close has run
+        resume.wait(30)
+        real_stop()
+
+    loop_thread.stop = suspended_stop  # type: ignore[method-assign]
+    first = threading.Thread(target=ingest.shutdown, kwargs={"requeue": True, "timeout": 30.0})
+    first.start()
+    try:
+        wait_until(lambda: nsqd.channel("t", "spark")["in_flight_count"] == 0, 10, "REQs")
+        second = threading.Thread(target=ingest.shutdown, kwargs={"requeue": True, "timeout": 30.0})
+        second.start()
+        second.join(5)  # a wait for the first caller would last the whole 31 s
+        assert not second.is_alive()
+        assert first.is_alive()
+    finally:
+        resume.set()
+        first.join(10)
+
+
 def test_stop_without_requeue_leaves_messages_to_nsqd(
     nsqd_proc: NsqdFactory, ingests: list[Ingest]
 ) -> None:

@@ -125,7 +125,7 @@ class Ingest:
             return
         self._closed = True
         try:
-            thread.run(self._close(requeue, timeout), timeout=timeout + 1.0)
+            thread.run(self._close_marked(requeue, timeout), timeout=timeout + 1.0)
         finally:
             thread.stop()
             self._shut.set()
@@ -332,6 +332,14 @@ class Ingest:
         if self._consumer is not None:
             for conn in self._consumer.connections.values():
                 conn.set_rdy(0)
+
+    async def _close_marked(self, requeue: bool, drain_limit: float) -> None:
+        """``_close``, then ``_shut`` set from the loop thread: the caller's thread may be the
+        one a SIGTERM handler interrupted, waiting for this shutdown until it has returned."""
+        try:
+            await self._close(requeue, drain_limit)
+        finally:
+            self._shut.set()
 
     async def _close(self, requeue: bool, drain_limit: float) -> None:
         self._stopping = True
