@@ -81,7 +81,7 @@ def test_a_new_batch_status_after_a_batch_with_rows_is_not_taken_for_idle() -> N
 
 def test_a_batch_that_ran_between_two_looks_is_seen() -> None:
     query = ScriptedQuery([
-        moment("Waiting for data to arrive", False, TICK),
+        moment("Getting offsets from nsq", False, TICK),
         moment("Getting offsets from nsq", False, TICK),
         moment("Getting offsets from nsq", False, NEXT_ROWS),  # a whole batch since
         moment("Processing new data", True, NEXT_ROWS),
@@ -89,6 +89,18 @@ def test_a_batch_that_ran_between_two_looks_is_seen() -> None:
     ])  # fmt: skip
     assert stop(query) is True
     assert query.stopped_at == 6
+
+
+def test_a_trigger_that_found_nothing_after_a_batch_is_idle_without_a_tick() -> None:
+    # through leases the next trigger's latestOffset FINishes the last batch itself, and
+    # Spark reports a trigger without data only every 10 s: the status must be enough
+    query = ScriptedQuery([
+        moment("Processing new data", True, None),
+        moment("Getting offsets from nsq", False, WITH_ROWS),  # a new status, not filled in
+        moment("Waiting for data to arrive", False, WITH_ROWS),  # filled in: nothing found
+    ])  # fmt: skip
+    assert stop(query) is True
+    assert query.stopped_at == 3
 
 
 def test_before_the_first_batch_the_query_is_idle_at_once() -> None:

@@ -14,8 +14,10 @@ FINished. Spark shows it two ways:
   ran before the caller's messages arrived, and it is also false before the first trigger.
   In Spark 4 it is also false, for nothing, early in every trigger that follows a batch: each
   batch gets a new status, filled in only after its ``latestOffset``, the offset log and the
-  commit of the batch before it. So the last progress must show that the batch which ran last
-  carried no rows: a commit tick's batch, whose planning FINished the one before it.
+  commit of the batch before it. So it counts only with a message that Spark sets once a
+  trigger has found no data ("Waiting for data to arrive", "Waiting for next trigger"), or
+  when the last progress shows that the batch which ran last carried no rows: a commit tick's
+  batch, whose planning FINished the one before it.
 * ``processAllAvailable()`` returns once a trigger that began after the call found nothing.
   It has no timeout and blocks for as long as data keeps coming, so it runs on a helper thread.
 
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 
 #: How often the caller's deadline and ``force`` are looked at.
 POLL_SECONDS: Final = 0.1
+#: Status messages Spark sets only after a trigger's status is filled in (Spark 4.3's words).
+_SETTLED: Final = frozenset({"Waiting for data to arrive", "Waiting for next trigger"})
 #: After ``stop()``, how long to wait for the helper thread (Spark wakes it when the query ends,
 #: and looks again every 10 s anyway).
 _JOIN_SECONDS: Final = 15.0
@@ -103,12 +107,16 @@ def _nothing_pending(
 def _found_nothing(query: StreamingQuery) -> bool:
     """No batch with rows is running, or has run since the last commit: all are FINished.
 
-    Status and progress are read twice, in turn: a batch that ran between two reads shows as a
-    true ``isDataAvailable`` (set before the batch runs, until the next trigger starts) or as a
+    A status whose trigger has not filled it in yet is judged by the last progress. Status and
+    progress are then read twice, in turn: a batch that ran between two reads shows as a true
+    ``isDataAvailable`` (set before the batch runs, until the next trigger starts) or as a
     progress that changed.
     """
-    if query.status["isDataAvailable"]:
+    status = query.status
+    if status["isDataAvailable"]:
         return False
+    if status["message"] in _SETTLED:  # its trigger ran to its end and found nothing
+        return True
     before = _last_batch(query)
     if before is not None and before[2] > 0:
         return False
