@@ -88,7 +88,6 @@ class Ingest:
         self._arrived: asyncio.Event | None = None
         self._touch_timer: asyncio.TimerHandle | None = None
         self._stopping = False
-        self._closed = False
         self._shut = threading.Event()  # set once a shutdown has run to its end
         self._first_shutdown = threading.Lock()  # taken (never given back) by the first one
 
@@ -123,12 +122,11 @@ class Ingest:
         if not self._first_shutdown.acquire(blocking=False):  # atomic, even in a handler
             self._shut.wait(timeout + 1.0)
             return
-        self._closed = True
         try:
             thread.run(self._close_marked(requeue, timeout), timeout=timeout + 1.0)
         finally:
             thread.stop()
-            self._shut.set()
+            self._shut.set()  # also when the close never ran (the loop thread was gone)
 
     # --- messages (caller's thread) ------------------------------------------------------------
 
@@ -157,7 +155,7 @@ class Ingest:
 
     def finish(self, msgs: Sequence[Message]) -> None:
         """FIN ``msgs`` with one hop to the loop; never raises (failures are counted)."""
-        if not msgs or self._thread is None or self._closed:
+        if not msgs or self._thread is None or self._first_shutdown.locked():
             return
         total = len(msgs)
         future = self._thread.finish_many(msgs)
