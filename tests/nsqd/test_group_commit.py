@@ -62,7 +62,11 @@ def gates(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gates]:
 
 
 async def start(
-    tmp_path: Path, sync_every: int = 1000
+    tmp_path: Path,
+    sync_every: int = 1000,
+    *,
+    sync_timeout: float = 60.0,
+    position_gap: float = persistence.POSITION_GAP,
 ) -> tuple[persistence.DiskStore, DiskQueue, list[str]]:
     store = persistence.DiskStore(
         asyncio.get_running_loop(),
@@ -70,9 +74,10 @@ async def start(
         max_bytes_per_file=1 << 20,
         max_msg_size=1024,
         sync_every=sync_every,
-        sync_timeout=60.0,
+        sync_timeout=sync_timeout,
         durable=True,
         set_health=lambda _: None,
+        position_gap=position_gap,
     )
     return store, store.open_queue("t"), []
 
@@ -186,3 +191,62 @@ async def test_a_position_write_does_not_delay_a_waiting_publisher(
 
 def meta_exists(path: Path) -> bool:
     return (path / "t.diskqueue.meta.dat").exists()
+
+
+def count_lane_rounds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The position rounds run so far (jobs in each), as the lane runs them."""
+    ran: list[int] = []
+    real_run_jobs = persistence._run_jobs
+
+    def counted(jobs: list[SyncJob]) -> list[Exception]:
+        ran.append(len(jobs))
+        return real_run_jobs(jobs)
+
+    monkeypatch.setattr(persistence, "_run_jobs", counted)
+    return ran
+
+
+async def test_position_rounds_asked_by_sync_every_keep_their_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable mode: reads and FINs count toward --sync-every, so under load it asked for a
+    position round every few hundred microseconds; the next one now waits out the gap."""
+    ran = count_lane_rounds(monkeypatch)
+    store, queue, answers = await start(tmp_path, sync_every=1, position_gap=3600.0)
+    publish(store, queue, answers, "a")
+    await wait_for(lambda: len(ran) == 1 and not store._lane_busy)
+    publish(store, queue, answers, "b")  # due again at once (sync_every=1)
+    await wait_for(lambda: answers == ["a:True", "b:True"])
+    assert store._lane_timer is not None  # the next round is set for the gap's end
+    assert len(ran) == 1 and not store._lane_busy
+    await store.close([queue])
+    assert store._lane_timer.cancelled()
+
+
+async def test_a_position_round_waits_for_the_gap_then_starts_by_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = count_lane_rounds(monkeypatch)
+    store, queue, answers = await start(tmp_path, sync_every=1, position_gap=0.05)
+    publish(store, queue, answers, "a")
+    await wait_for(lambda: len(ran) == 1 and not store._lane_busy)
+    publish(store, queue, answers, "b")
+    await wait_for(lambda: len(ran) == 2)  # nothing else happens: the gap's timer starts it
+    await wait_for(lambda: not store._lane_busy)
+    assert meta_exists(tmp_path)
+    await store.close([queue])
+
+
+async def test_the_sync_timeout_tick_does_not_wait_for_the_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = count_lane_rounds(monkeypatch)
+    store, queue, answers = await start(
+        tmp_path, sync_every=1, sync_timeout=0.05, position_gap=3600.0
+    )
+    store.start()
+    publish(store, queue, answers, "a")
+    await wait_for(lambda: len(ran) == 1 and not store._lane_busy)
+    publish(store, queue, answers, "b")
+    await wait_for(lambda: len(ran) == 2)  # the tick's round, an hour before the gap ends
+    await store.close([queue])
