@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import NsqdFactory, wait_for
+from v2client import RawV2
 
 from nsqpy.nsqd.storage import fsyncers, persistence
 from nsqpy.nsqd.storage.diskqueue import DiskQueue, SyncJob
@@ -250,3 +251,21 @@ async def test_the_sync_timeout_tick_does_not_wait_for_the_gap(
     publish(store, queue, answers, "b")
     await wait_for(lambda: len(ran) == 2)  # the tick's round, an hour before the gap ends
     await store.close([queue])
+
+
+async def test_a_reply_goes_out_as_soon_as_its_commit_ends(
+    nsqd_factory: NsqdFactory, gates: Gates
+) -> None:
+    """A pipelining durable publisher gets the OK of a committed PUB while the commit of its
+    next PUB is still out (the OK used to wait in the output for that later commit)."""
+    nsqd = await nsqd_factory(durable=True)
+    conn = await RawV2.connect(nsqd.tcp_port)
+    conn.cmd("PUB t", b"a")
+    await wait_for(lambda: gates.started == 1)
+    conn.cmd("PUB t", b"b")  # round 1 still runs: b's commit is round 2
+    await wait_for(lambda: gates.started == 2)
+    gates.gates[0].set()
+    assert await conn.response() == b"OK"  # a's, with round 2 held
+    assert gates.finished == [0]
+    gates.gates[1].set()
+    assert await conn.response() == b"OK"

@@ -339,22 +339,28 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         self.nsqd.store.after_commit(committed, topic)
 
     def _release_held(self) -> None:
+        """Move the replies whose commits are answered, in order, to the output and write it
+        at once: a durable publisher waits for nothing else, and the end of the loop
+        iteration was ~50 us away on average under PUB+SUB (a commit round is ~300 us)."""
         held = self._held
+        released = False
         while held:
             head = held[0]
             if isinstance(head, _Pending):
                 if head.frame is None:
-                    return
+                    break  # a later publish's commit is still out
                 head = head.frame
             held.popleft()
             self._out += head
+            released = True
+        if held:
+            if released:
+                self.flush()
+            return
         self._held = None
-        if self._closing:
-            self.flush()
-            if self.transport is not None:
-                self.transport.close()
-        elif self._out and not self.flush_pending:
-            self.nsqd.schedule_flush(self)
+        self.flush()
+        if self._closing and self.transport is not None:
+            self.transport.close()
 
     def request_flush(self) -> None:
         """Flush at the next loop iteration, with every other connection that has output."""
