@@ -9,6 +9,14 @@ thread, once deadlocked and left an orphaned runner holding RDY and TOUCHing its
 up to --max-msg-timeout. So the work runs on a helper thread, the main thread waits for it at
 most ``deadline`` seconds and then ``os._exit``s, and ``signal.alarm`` is armed first: SIGALRM's
 default action kills the process even if the handler itself gets stuck.
+
+Spark sends SIGTERM twice, microseconds apart (``PythonWorkerFactory.stopWorker`` destroys the
+process, then ``stop`` destroys every simple worker again), and the second one runs the
+handler again inside the first, on the same thread. The guard against that must not take a
+lock: it was an ``Event``, whose ``set`` holds a plain lock, and a second SIGTERM arriving
+inside it waited for that lock forever, before the alarm was armed: an orphaned runner,
+holding its messages in flight until their timeout. It is now a non-blocking acquire, which
+never waits, and nothing comes before the alarm but that.
 """
 
 from __future__ import annotations
@@ -31,12 +39,11 @@ def install_sigterm(stop: Callable[[], None], deadline: float = DEADLINE) -> boo
     """Run ``stop`` (bounded by ``deadline``) on SIGTERM, then exit. Main thread only."""
     if threading.current_thread() is not threading.main_thread():
         return False
-    stopping = threading.Event()
+    stopping = threading.Lock()
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if stopping.is_set():
-            return  # a second SIGTERM while the first one is being handled
-        stopping.set()
+        if not stopping.acquire(blocking=False):
+            return  # a second SIGTERM while the first one is being handled (never waits)
         signal.alarm(math.ceil(deadline) + 1)
         worker = threading.Thread(target=_run_logged, args=(stop,), name="nsqpy-sigterm",
                                   daemon=True)
