@@ -164,7 +164,7 @@ def test_stop_when_idle_gives_up_when_forced_and_loses_nothing(
     try:
         wait_until(lambda: nsqd.channel("busy", "spark")["in_flight_count"] == 0, 15,
                    "held messages back in nsqd")
-    except AssertionError as exc:  # flaked once in CI (2026-11-25): say who still holds them
+    except AssertionError as exc:  # say who still holds them (found the SIGTERM deadlock)
         raise AssertionError(f"{exc}; still connected: {holders(nsqd)}") from exc
     stats = nsqd.channel("busy", "spark")
     assert stats["timeout_count"] == 0
