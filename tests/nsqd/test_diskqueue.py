@@ -21,7 +21,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError
+from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, RemoveJob
 
 MAX_RECORD = 1024
 LOG = logging.getLogger("test.diskqueue")
@@ -575,6 +575,45 @@ def test_acked_files_go_only_after_a_completed_sync_passed_them(tmp_path: Path) 
     assert not seg(tmp_path, 0).exists()
     assert seg(tmp_path, 1).exists()  # rec(2) unfinished
     q.close()
+
+
+def test_consumed_segments_go_to_remove_later_in_both_modes(tmp_path: Path) -> None:
+    jobs: list[RemoveJob] = []
+    (tmp_path / "plain").mkdir()
+    q = open_q(tmp_path / "plain", max_bytes_per_file=88, remove_later=jobs.append)
+    q.put([rec(i) for i in range(4)])  # segments 0 and 1
+    assert drain(q)[:2] == [rec(0), rec(1)]
+    assert [job.path for job in jobs] == [str(seg(tmp_path / "plain", 0))]
+    assert seg(tmp_path / "plain", 0).exists()  # left to the job's thread
+    jobs.pop().run()
+    assert not seg(tmp_path / "plain", 0).exists()
+    q.close()
+    (tmp_path / "acked").mkdir()
+    q = open_q(tmp_path / "acked", max_bytes_per_file=88, track_acks=True, remove_later=jobs.append)
+    q.put([rec(i) for i in range(4)])
+    for token in read_tokens(q, 3):
+        q.finish(token)
+    q.sync_now()  # the persisted read position passed segment 0
+    assert [job.path for job in jobs] == [str(seg(tmp_path / "acked", 0))]
+    jobs.pop().run()
+    assert not seg(tmp_path / "acked", 0).exists()
+    q.close()
+
+
+def test_a_remove_job_of_a_deleted_queue_spares_its_successors_file(tmp_path: Path) -> None:
+    jobs: list[RemoveJob] = []
+    q = open_q(tmp_path, max_bytes_per_file=88, remove_later=jobs.append)
+    q.put([rec(i) for i in range(4)])
+    drain(q)
+    (late,) = jobs
+    q.delete()  # removes every segment itself
+    again = open_q(tmp_path, max_bytes_per_file=88)  # a new queue of the same name
+    again.put([rec(i) for i in range(9)])  # numbers its segments from 0 again
+    assert seg(tmp_path, 0).exists()
+    late.run()
+    assert seg(tmp_path, 0).exists()
+    assert drain(again) == [rec(i) for i in range(9)]
+    again.close()
 
 
 def test_acked_crash_replays_every_unfinished_record(tmp_path: Path) -> None:

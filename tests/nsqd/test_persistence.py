@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from v2client import RawV2
 
 from nsqpy.nsqd.app import NSQD, StartupError
 from nsqpy.nsqd.options import NsqdOptions
-from nsqpy.nsqd.storage import metadata
+from nsqpy.nsqd.storage import diskqueue, metadata
 from nsqpy.nsqd.storage.diskqueue import DiskQueue
 
 
@@ -89,6 +91,35 @@ async def test_mem_queue_size_zero_puts_everything_on_disk(daemons: Daemons) -> 
     await publish(nsqd, "t", BODIES[:50])
     assert nsqd.broker.topics["t"].backend_depth == 50
     assert sorted(await consume(nsqd, "t", "c", 50)) == BODIES[:50]
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["disk", "durable"])
+async def test_consumed_segments_are_deleted_off_the_loop(
+    daemons: Daemons, monkeypatch: pytest.MonkeyPatch, durable: bool
+) -> None:
+    """Unlinking a full 100 MB segment took ~20 ms here: every client would wait for it."""
+    threads: list[str] = []
+    remove = diskqueue._remove_logged
+
+    def record(path: str, log: logging.Logger, name: str) -> None:
+        threads.append(threading.current_thread().name)
+        remove(path, log, name)
+
+    monkeypatch.setattr(diskqueue, "_remove_logged", record)
+    nsqd = await daemons.start(
+        mem_queue_size=0, max_bytes_per_file=512, sync_every=10, durable=durable
+    )
+    nsqd.broker.get_channel(nsqd.broker.get_topic("t"), "c", 0.0)
+    await publish(nsqd, "t", BODIES)  # 36-byte records: ~20 segments
+    assert await consume(nsqd, "t", "c", 300) == BODIES
+    data = daemons.data_path
+
+    def segments() -> list[str]:
+        return [p.name for p in data.iterdir() if p.name.startswith("t:c.diskqueue.0")]
+
+    await wait_for(lambda: len(segments()) == 1)  # the write segment
+    assert len(threads) >= 15
+    assert {name.rsplit("_", 1)[0] for name in threads} == {"nsqd-files"}
 
 
 async def test_restart_keeps_topics_channels_paused_flags_and_messages(daemons: Daemons) -> None:

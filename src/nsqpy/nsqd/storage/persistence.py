@@ -35,7 +35,8 @@ that --sync-every asks for starts ``POSITION_GAP`` after the last one ended at t
 
 Durable queues also prepare their next segment ahead (``DiskQueue.prepare_job``: zeros,
 synced, so that commits fdatasync overwrites rather than appends, which commit the
-filesystem's journal too) on one more thread, ``nsqd-prepare``, that nobody waits for.
+filesystem's journal too) on one more thread, ``nsqd-files``, that nobody waits for. Every
+mode's queues delete their consumed segments there too (``RemoveJob``).
 
 ``MetadataWriter`` writes ``nsqd.dat`` (the topic and channel list) on a thread of its own, as
 nsqd does from a goroutine: a SUB or PUB that creates a topic or channel is answered without
@@ -61,7 +62,13 @@ from queue import SimpleQueue
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.backend import Backend, DiskHooks
 from nsqpy.nsqd.storage import metadata
-from nsqpy.nsqd.storage.diskqueue import DiskQueue, DiskQueueError, PrepareJob, SyncJob
+from nsqpy.nsqd.storage.diskqueue import (
+    DiskQueue,
+    DiskQueueError,
+    PrepareJob,
+    RemoveJob,
+    SyncJob,
+)
 from nsqpy.nsqd.storage.fsyncers import Fsyncers, dir_entry
 
 log = logging.getLogger("nsqpy.nsqd")
@@ -125,8 +132,9 @@ class DiskStore(DiskHooks):
         self._threads = None if durable else _SyncThreads(loop, ROUNDS_IN_FLIGHT, "nsqd-sync")
         self._fsyncers = Fsyncers(loop, ROUNDS_IN_FLIGHT, self._answered) if durable else None
         self._lane = _SyncThreads(loop, 1, "nsqd-positions") if durable else None
-        # durable: segments prepared ahead (zeros, synced), one at a time, off every other path
-        self._preparer: ThreadPoolExecutor | None = None
+        # segment files' slow work, one job at a time, off every other path: durable mode's
+        # prepared segments (zeros, synced), and every mode's removal of consumed segments
+        self._files: ThreadPoolExecutor | None = None
         self._by_id: dict[int, _Round] = {}  # durable: rounds waiting for fsync answers
         self._last_id = 0
         self._lane_busy = False
@@ -157,6 +165,7 @@ class DiskStore(DiskHooks):
             prepare_segments=self.durable,
             log=log,
             on_corruption=self._corruption,
+            remove_later=self._remove_later,
         )
 
     def _corruption(self, message: str) -> None:
@@ -226,11 +235,22 @@ class DiskStore(DiskHooks):
         its commits fdatasync overwrites of written blocks, not appends (which commit the
         filesystem's journal too). One thread: a job of a closed queue ends before the next
         job of a queue of the same name starts."""
-        if self._preparer is None:
-            self._preparer = ThreadPoolExecutor(1, thread_name_prefix="nsqd-prepare")
         job = queue.prepare_job()
-        future = self.loop.run_in_executor(self._preparer, job.run)
+        future = self.loop.run_in_executor(self._file_worker(), job.run)
         future.add_done_callback(lambda f: self._prepared(queue, job, f))
+
+    def _file_worker(self) -> ThreadPoolExecutor:
+        if self._files is None:
+            self._files = ThreadPoolExecutor(1, thread_name_prefix="nsqd-files")
+        return self._files
+
+    def _remove_later(self, job: RemoveJob) -> None:
+        """A consumed segment goes on the files thread (an inline unlink of a full 100 MB
+        segment stalled the loop ~20 ms); inline once closed, as no thread is left."""
+        if self._closed:
+            job.run()
+        else:
+            self._file_worker().submit(job.run)
 
     def _prepared(self, queue: DiskQueue, job: PrepareJob, future: asyncio.Future[None]) -> None:
         error = None if future.cancelled() else future.exception()
@@ -437,9 +457,9 @@ class DiskStore(DiskHooks):
         for workers in (self._threads, self._fsyncers, self._lane):
             if workers is not None:
                 workers.stop()
-        preparer, self._preparer = self._preparer, None
-        if preparer is not None:  # a job under way removes its file (its queue is closed)
-            await self.loop.run_in_executor(None, preparer.shutdown)
+        files, self._files = self._files, None
+        if files is not None:  # a prepare job under way removes its file (its queue is closed)
+            await self.loop.run_in_executor(None, files.shutdown)
 
 
 class _SyncThreads:
