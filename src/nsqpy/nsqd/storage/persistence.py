@@ -246,7 +246,8 @@ class DiskStore(DiskHooks):
 
     def _remove_later(self, job: RemoveJob) -> None:
         """A consumed segment goes on the files thread (an inline unlink of a full 100 MB
-        segment stalled the loop ~20 ms); inline once closed, as no thread is left."""
+        segment stalled the loop ~20 ms). Inline once the store is closing: its files thread
+        is being shut down (or never started), and a stop is not the hot path."""
         if self._closed:
             job.run()
         else:
