@@ -7,6 +7,7 @@ a restarted query read the same leases again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -80,16 +81,20 @@ def _task_daemon(cmdline: bytes) -> bool:
 def kill_workers_until_a_task_is_lost(
     driver: subprocess.Popen[bytes], log: Path, root: int, wait: float
 ) -> None:
-    """kill -9 task workers under ``root`` (waiting up to ``wait`` s for one) until Spark's
-    ``log`` shows a lost task; at most 10 kills. The driver must live through it."""
+    """kill -9 the task workers under ``root`` (waiting up to ``wait`` s for one) until Spark's
+    ``log`` shows a lost task; at most 10 rounds. The driver must live through it. Every worker
+    found goes in a round: killed one at a time, none of a CI run's kills had cost a task
+    before the query finished (a worker idle between tasks dies unnoticed)."""
     killed = 0
     while "Lost task" not in log.read_text() and killed < 10:
         wait_until(lambda: bool(python_workers(root)) or driver.poll() is not None, wait,
                    "a Python worker running a task")  # fmt: skip
         assert driver.poll() is None, log.read_text()[-3000:]
-        os.kill(python_workers(root)[0], signal.SIGKILL)
+        for pid in python_workers(root):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         killed += 1
-        try:  # a worker idle between tasks dies unnoticed: kill another one then
+        try:  # no task lost (only idle workers died): another round
             wait_until(lambda: "Lost task" in log.read_text(), 3, "a lost task")
         except AssertionError:
             continue
