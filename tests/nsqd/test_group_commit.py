@@ -37,9 +37,9 @@ class Gates:
     def started(self) -> int:
         return len(self.seen)
 
-    def serve(self, work: int, done: int) -> None:
+    def serve(self, work: int, done: int, bell: int) -> None:
         size = fsyncers.REQUEST_INTS * 4
-        while len(data := os.read(work, size)) == size:
+        while os.read(bell, 8) and len(data := os.read(work, size)) == size:
             fields = fsyncers._REQUEST.unpack(data)
             if fields[0] == 0:
                 return

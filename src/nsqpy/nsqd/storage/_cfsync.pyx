@@ -1,13 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twin of ``fsyncers.py_serve``: a worker that never takes the GIL.
 
-It reads a request from the work pipe, syncs the descriptors it names and writes the answer
+It waits for a ring of the doorbell, reads a request from the work pipe, syncs the descriptors it names and writes the answer
 to the done pipe, all inside one ``nogil`` block: a commit round's wait no longer includes two
 GIL handovers from the busy event-loop thread. The protocol is in ``fsyncers``' docstring.
 """
 
 from libc.errno cimport EINTR, EIO, errno
-from libc.stdint cimport int32_t
+from libc.stdint cimport int32_t, uint64_t
 
 
 cdef extern from "unistd.h" nogil:
@@ -21,17 +21,24 @@ cdef enum:
     REQUEST_INTS = 16
 
 
-def serve(int work, int done):
-    """Serve requests from ``work`` until a stop request (id 0) or EOF."""
+def serve(int work, int done, int bell):
+    """Serve requests from ``work``, one per ring of ``bell``, until a stop request (id 0)
+    or EOF."""
     cdef int32_t request[REQUEST_INTS]
+    cdef uint64_t ring
     cdef int32_t answer[2]
     cdef ssize_t got
     cdef int i, count, fd, rc, failed
     with nogil:
         while True:
-            got = read(work, request, sizeof(request))
+            got = read(bell, &ring, sizeof(ring))
             if got < 0 and errno == EINTR:
                 continue
+            if got != sizeof(ring):
+                break
+            got = read(work, request, sizeof(request))
+            while got < 0 and errno == EINTR:
+                got = read(work, request, sizeof(request))
             if got != sizeof(request) or request[0] == 0:
                 break
             count = request[1]

@@ -3,19 +3,28 @@
 A commit round's wait used to be half GIL: the worker woke on a queue and had to win the GIL
 from the busy event loop thread before it could call fsync, then win it again to hand the
 result back (~100-200 us each on a loaded 2-core machine, about as long as the fdatasync
-itself). Here the loop writes a request to a pipe; a worker blocked in ``read`` on it
-(compiled: ``_cfsync.serve``, which never takes the GIL) syncs the descriptors it names and
-writes the answer to a second pipe, which the loop watches with ``add_reader``. Nothing
-between a request and its answer needs the GIL.
+itself). Here the loop writes a request to a pipe and rings a doorbell; a worker blocked on
+the doorbell (compiled: ``_cfsync.serve``, which never takes the GIL) takes the request, syncs
+the descriptors it names and writes the answer to a second pipe, which the loop watches with
+``add_reader``. Nothing between a request and its answer needs the GIL.
+
+The doorbell is an eventfd (a pipe where there is none), not the request pipe itself: a pipe
+write wakes its reader as a "sync" wakeup, a hint that the writer is about to sleep, so the
+scheduler queues the worker on the loop's own CPU, behind the busy loop, when the loop goes
+on working. An eventfd's wakeup carries no such hint. Durable PUB+SUB with NSQ's
+``bench_writer`` and ``bench_reader`` on 2 cores: ahead in 4 of 5 pairs with the doorbell
+(docs/performance.md, "Issue 21, sixth pass").
 
 Protocol (native byte order, int32): a request is ``REQUEST_INTS`` ints: the round's id (>0;
 0 stops the worker that reads it), a count n <= ``MAX_FDS``, then n descriptors, each ``fd``
-for fdatasync or ``-(fd + 1)`` for fsync (a directory, after a segment was created). An
-answer is ``(id, errno)``: 0 when every descriptor synced, else the first failure's errno
-(each descriptor is tried either way). Requests and answers are smaller than ``PIPE_BUF``, so
-each write is atomic and each read of one record gets a whole one, with any number of
-workers on the same pipe. The descriptors stay open until the answer has been read: the loop
-closes them (``DiskQueue.sync_done``).
+for fdatasync or ``-(fd + 1)`` for fsync (a directory, after a segment was created). The loop
+writes the request, then rings: 8 bytes holding 1 (``RING``) to the doorbell; a worker reads 8
+bytes from the doorbell (one ring: the eventfd counts in semaphore mode, a pipe's writes of 8
+bytes are atomic), then one request. An answer is ``(id, errno)``: 0 when every descriptor
+synced, else the first failure's errno (each descriptor is tried either way). Requests and
+answers are smaller than ``PIPE_BUF``, so each write is atomic and each read of one record gets
+a whole one, with any number of workers on the same pipes. The descriptors stay open until
+the answer has been read: the loop closes them (``DiskQueue.sync_done``).
 
 ``py_serve`` is the pure-Python twin (``NSQPY_PURE_PYTHON=1``, or no compiler): the same
 protocol, holding the GIL between its calls as any Python thread does.
@@ -27,6 +36,7 @@ import asyncio
 import errno
 import os
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from typing import Final
@@ -37,8 +47,10 @@ REQUEST_INTS: Final = 16
 MAX_FDS: Final = REQUEST_INTS - 2
 _REQUEST: Final = struct.Struct(f"={REQUEST_INTS}i")
 _ANSWER: Final = struct.Struct("=2i")
+#: One ring of the doorbell.
+RING: Final = (1).to_bytes(8, sys.byteorder)
 
-Serve = Callable[[int, int], None]
+Serve = Callable[[int, int, int], None]
 Answered = Callable[[int, int], None]
 
 
@@ -47,9 +59,10 @@ def dir_entry(fd: int) -> int:
     return -(fd + 1)
 
 
-def py_serve(work: int, done: int) -> None:
-    """Serve requests from ``work`` until a stop request or EOF (see the module docstring)."""
-    while True:
+def py_serve(work: int, done: int, bell: int) -> None:
+    """Serve requests from ``work``, one per ring of ``bell``, until a stop request or EOF
+    (see the module docstring)."""
+    while len(os.read(bell, len(RING))) == len(RING):
         data = os.read(work, _REQUEST.size)
         if len(data) < _REQUEST.size:
             return
@@ -57,6 +70,14 @@ def py_serve(work: int, done: int) -> None:
         if fields[0] == 0:
             return
         os.write(done, _ANSWER.pack(fields[0], sync_all(fields[2 : 2 + fields[1]])))
+
+
+def doorbell() -> tuple[int, int]:
+    """The doorbell's (read end, write end): one eventfd twice, or a pipe where there is none."""
+    if hasattr(os, "eventfd"):
+        fd = os.eventfd(0, os.EFD_SEMAPHORE | os.EFD_CLOEXEC)
+        return fd, fd
+    return os.pipe()
 
 
 def sync_all(fds: tuple[int, ...] | list[int]) -> int:
@@ -79,7 +100,8 @@ serve: Serve = py_serve if _c is None else _c.serve
 
 
 class Fsyncers:
-    """``count`` worker threads and the two pipes; ``answered(id, errno)`` runs on the loop."""
+    """``count`` worker threads, the two pipes and the doorbell; ``answered(id, errno)`` runs
+    on the loop."""
 
     def __init__(
         self,
@@ -93,12 +115,16 @@ class Fsyncers:
         self._answered = answered
         self._work_r, self._work_w = os.pipe()
         self._done_r, self._done_w = os.pipe()
+        self._bell_r, self._bell_w = doorbell()
         os.set_blocking(self._done_r, False)
         loop.add_reader(self._done_r, self.read_answers)
         body = worker if worker is not None else serve
         self._threads = [
             threading.Thread(
-                target=body, args=(self._work_r, self._done_w), name=f"nsqd-fsync_{i}", daemon=True
+                target=body,
+                args=(self._work_r, self._done_w, self._bell_r),
+                name=f"nsqd-fsync_{i}",
+                daemon=True,
             )
             for i in range(count)
         ]
@@ -115,6 +141,7 @@ class Fsyncers:
             fields = [request_id, len(chunk), *chunk]
             fields += [0] * (REQUEST_INTS - len(fields))
             os.write(self._work_w, _REQUEST.pack(*fields))
+            os.write(self._bell_w, RING)
             sent += 1
         return sent
 
@@ -131,9 +158,11 @@ class Fsyncers:
         """End the threads once the requests given them are answered (waits for them)."""
         for _ in self._threads:
             os.write(self._work_w, _REQUEST.pack(*([0] * REQUEST_INTS)))
+            os.write(self._bell_w, RING)
         for thread in self._threads:
             thread.join()
         self.read_answers()  # answers written after the loop's last look
         self.loop.remove_reader(self._done_r)
-        for fd in (self._work_r, self._work_w, self._done_r, self._done_w):
+        pipes = (self._work_r, self._work_w, self._done_r, self._done_w)
+        for fd in {*pipes, self._bell_r, self._bell_w}:  # an eventfd doorbell is one fd
             os.close(fd)
