@@ -31,7 +31,13 @@ from test_diskqueue import (
 )
 from test_persistence import BODIES, Daemons, consume, daemons, publish
 
-from nsqpy.nsqd.storage.diskqueue import DiskQueue, PrepareJob
+from nsqpy.nsqd.storage.diskqueue import (
+    PREPARE_LEAD,
+    PREPARE_PATIENCE,
+    PREPARE_PAUSE,
+    DiskQueue,
+    PrepareJob,
+)
 
 __all__ = ["daemons"]  # the fixture, imported for the tests below
 
@@ -126,6 +132,118 @@ def test_closing_with_a_prepare_job_under_way_leaves_no_file(tmp_path: Path) -> 
     prepare(q)
     q.delete()
     assert names(tmp_path) == set()
+
+
+STEP = 1 << 20  # a prepare job writes (and syncs) its zeros a MiB at a time
+BIG = 4 * STEP  # segments of four steps, for the paced jobs below
+CHUNK = (64 << 10) - 4  # records of 64 KiB framed
+
+
+class Paced:
+    """A paced job's clock and sleep, faked: every pause notes (zeros written, the writer's
+    position) and then runs ``on_pause``, e.g. the writer writing on."""
+
+    def __init__(self, job: PrepareJob, path: Path, pos: int, on_pause: Any = None) -> None:
+        self.now = 0.0
+        self.pos = pos  # the writer's position, as the test moves it
+        self.pauses: list[tuple[int, int]] = []
+        self._path = path
+        self._on_pause = on_pause
+        job.clock = lambda: self.now
+        job.sleep = self.sleep
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.pauses.append((self._path.stat().st_size, self.pos))
+        if self._on_pause is not None:
+            self._on_pause(self)
+
+    def leads(self) -> list[float]:
+        return [zeros / BIG - pos / BIG for zeros, pos in self.pauses]
+
+
+def big_records(start: int, count: int) -> list[bytes]:
+    return [rec(i, CHUNK) for i in range(start, start + count)]
+
+
+def writing_a_prepared_segment(tmp_path: Path) -> DiskQueue:
+    """A queue of BIG segments whose writes have reached an eighth of a prepared segment."""
+    q = open_q(tmp_path, max_bytes_per_file=BIG, max_record_size=CHUNK, prepare_segments=True)
+    q.put(big_records(0, 8))  # an eighth of the first segment, which appends
+    prepare(q)
+    q.put(big_records(8, 9))  # rolls on to the prepared segment 1, past an eighth of it
+    assert q.needs_prepare
+    return q
+
+
+def test_a_paced_prepare_keeps_its_lead_over_the_writer(tmp_path: Path) -> None:
+    q = writing_a_prepared_segment(tmp_path)
+    job = q.prepare_job(others_waiting=lambda: False)
+    written = iter(range(17, 200))
+
+    def write_on(paced: Paced) -> None:
+        q.put(big_records(next(written), 1))
+        paced.pos += CHUNK + 4
+
+    paced = Paced(job, prepared(tmp_path), 9 * (CHUNK + 4), write_on)
+    job.run()
+    q.prepare_done(job)
+    assert job.completed
+    assert prepared(tmp_path).read_bytes() == bytes(BIG)
+    leads = paced.leads()
+    assert leads, "the job never waited for the writer"
+    assert all(lead > PREPARE_LEAD for lead in leads)  # it waits only while ahead...
+    assert max(leads) <= PREPARE_LEAD + STEP / BIG  # ...by at most one step more than the lead
+    assert paced.now < PREPARE_PATIENCE
+    q.close()
+
+
+def test_a_paced_prepare_whose_writer_stops_waits_only_its_patience(tmp_path: Path) -> None:
+    q = writing_a_prepared_segment(tmp_path)
+    job = q.prepare_job(others_waiting=lambda: False)
+    paced = Paced(job, prepared(tmp_path), 9 * (CHUNK + 4))
+    job.run()
+    q.prepare_done(job)
+    assert job.completed
+    assert prepared(tmp_path).read_bytes() == bytes(BIG)
+    assert PREPARE_PATIENCE <= paced.now < PREPARE_PATIENCE + PREPARE_PAUSE
+    assert {zeros for zeros, _ in paced.pauses} == {2 * STEP}  # its first lead past a quarter
+    q.close()
+
+
+def test_a_prepare_is_not_paced_when_others_wait_the_writer_appends_or_no_pace_is_asked(
+    tmp_path: Path,
+) -> None:
+    for sub in ("others", "unpaced"):
+        (tmp_path / sub).mkdir()
+    q = writing_a_prepared_segment(tmp_path / "others")
+    job = q.prepare_job(others_waiting=lambda: True)  # more jobs for its thread
+    others = Paced(job, prepared(tmp_path / "others"), 0)
+    job.run()
+    q.close()
+    q = writing_a_prepared_segment(tmp_path / "unpaced")
+    job = q.prepare_job()  # no pace (a job run inline)
+    unpaced = Paced(job, prepared(tmp_path / "unpaced"), 0)
+    job.run()
+    q.close()
+    q = open_q(tmp_path, max_bytes_per_file=BIG, max_record_size=CHUNK, prepare_segments=True)
+    q.put(big_records(0, 8))  # an eighth of the first segment, which appends
+    job = q.prepare_job(others_waiting=lambda: False)
+    appending = Paced(job, prepared(tmp_path), 0)
+    job.run()
+    q.close()
+    assert (others.pauses, unpaced.pauses, appending.pauses) == ([], [], [])
+
+
+def test_a_paced_prepare_ends_once_its_queue_is_closed(tmp_path: Path) -> None:
+    q = writing_a_prepared_segment(tmp_path)
+    job = q.prepare_job(others_waiting=lambda: False)
+    paced = Paced(job, prepared(tmp_path), 9 * (CHUNK + 4), lambda _: q.close())
+    job.run()
+    q.prepare_done(job)
+    assert len(paced.pauses) == 1
+    assert not job.completed
+    assert not prepared(tmp_path).exists()
 
 
 def test_non_durable_queues_never_prepare(tmp_path: Path) -> None:

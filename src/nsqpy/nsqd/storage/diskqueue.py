@@ -42,7 +42,9 @@ and synced beforehand, so a commit's fdatasync covers overwrites of written bloc
 of size or allocation, hence no filesystem journal commit (an append needs one). Once the
 write segment holds an eighth of ``max_bytes_per_file``, ``needs_prepare`` asks for a
 ``PrepareJob`` that the daemon runs on a worker thread: zeros to ``max_bytes_per_file``
-(at most ``PREPARE_MAX``) in ``<name>.diskqueue.next.tmp``, fsynced. The next roll renames it
+(at most ``PREPARE_MAX``) in ``<name>.diskqueue.next.tmp``, fsynced; written in synced steps
+that, while the writer fills a prepared segment, keep at most ``PREPARE_LEAD`` of a segment
+ahead of it. The next roll renames it
 into place (the new segment's directory entry is synced by the next commit, as for any new
 segment); if it is not ready by then the new segment grows by appends as before, nothing
 waits, and the first write after it is ready rolls on to it early (so a queue's first
@@ -92,6 +94,7 @@ import re
 import struct
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from itertools import accumulate, chain
@@ -109,10 +112,20 @@ _MAX_ROLLED: Final = 16
 _META_RE: Final = re.compile(rb"(-?\d+)\n(\d+),(\d+)\n(\d+),(\d+)\n")
 #: A prepared segment holds zeros up to this size at most (past it, writes append).
 PREPARE_MAX: Final = 256 << 20
+#: A prepare job writes its zeros this much at a time and fdatasyncs each step: a burst of
+#: writeback as big as a whole segment queued ahead of the commits' fdatasyncs stalled them
+#: (up to ~80 ms seen here), and steps of 8 MB still cost durable PUB+SUB a few per cent.
 _ZEROS: Final = bytes(1 << 20)
-#: A prepare job syncs every this many bytes: a burst of writeback as big as a whole segment
-#: queued ahead of the commits' fdatasyncs would stall them (up to ~80 ms seen here).
-_PREPARE_SYNC_EVERY: Final = 8 << 20
+#: While its queue writes into a prepared segment, a prepare job keeps its zeros at most this
+#: fraction of a segment ahead of the writer: zeros then reach the disk at the data's own
+#: pace, between the commits, not as a burst in front of them (docs/performance.md, "Issue
+#: 21, sixth pass").
+PREPARE_LEAD: Final = 0.25
+#: How long a paced job waits before it looks at the writer again (s)...
+PREPARE_PAUSE: Final = 0.002
+#: ...and how long it may wait in all (s): the job holds the one thread that every queue's
+#: file jobs share, and a writer that stops must not hold it.
+PREPARE_PATIENCE: Final = 1.0
 # where the next segment's preparation stands (``prepare_segments``)
 _UNPREPARED, _PREPARING, _PREPARED, _PREPARE_FAILED = range(4)
 
@@ -241,19 +254,40 @@ class SyncJob:
             fence.persisted = self.seq
 
 
+class Pace(NamedTuple):
+    """What a paced ``PrepareJob`` looks at, from its own thread."""
+
+    #: where the queue's writes stand: (writeFileNum, writePos, whether that segment is a
+    #: prepared one); read without a lock: a stale answer only moves a pause
+    writer: Callable[[], tuple[int, int, bool]]
+    segment_bytes: int  # the queue's max_bytes_per_file
+    #: whether other jobs wait for the thread the job runs on (the daemon's)
+    others_waiting: Callable[[], bool]
+
+
 class PrepareJob:
     """The next segment, written ahead (``DiskQueue.prepare_job``): zeros to ``size`` in
-    large writes, then fsynced, under the temporary name ``path`` that the queue renames into
+    synced steps, then fsynced, under the temporary name ``path`` that the queue renames into
     place when it rolls. ``run()`` goes on a worker thread (one for all queues: a job of a
     closed queue must end before the next one of its name starts), then
     ``DiskQueue.prepare_done`` on the loop. A job whose queue was closed meanwhile removes
-    its file."""
+    its file.
 
-    def __init__(self, path: str, size: int, fence: _Fence) -> None:
+    With a ``pace`` (a daemon's job, on a thread of its own), while the queue writes into a
+    prepared segment the job waits whenever its zeros are more than ``PREPARE_LEAD`` of a
+    segment ahead of the writer's progress through that segment. It hurries once the writer
+    moves on without it or writes to a segment that appends (its roll waits for this job),
+    while other jobs wait for its thread, once the queue is closed, and after
+    ``PREPARE_PATIENCE`` of waiting. ``clock`` and ``sleep`` are there for tests."""
+
+    def __init__(self, path: str, size: int, fence: _Fence, pace: Pace | None = None) -> None:
         self.path = path
         self.size = size
         self._fence = fence
+        self._pace = pace
         self.completed = False
+        self.clock: Callable[[], float] = time.monotonic
+        self.sleep: Callable[[float], None] = time.sleep
 
     def run(self) -> None:
         """Write and sync the file; raises DiskQueueError (and leaves no file) on failure."""
@@ -266,13 +300,7 @@ class PrepareJob:
             except OSError as exc:
                 raise DiskQueueError(f"failed to prepare {self.path} - {exc}") from exc
         try:
-            zeros = memoryview(_ZEROS)
-            done = synced = 0
-            while done < self.size:
-                done += os.write(fd, zeros[: self.size - done])
-                if done - synced >= _PREPARE_SYNC_EVERY:
-                    os.fdatasync(fd)
-                    synced = done
+            self._fill(fd)
             os.fsync(fd)  # the zeros and the size: the segment's writes are overwrites
         except OSError as exc:
             _unlink_quietly(self.path)
@@ -280,6 +308,27 @@ class PrepareJob:
         finally:
             os.close(fd)
         self.completed = self._keep()
+
+    def _fill(self, fd: int) -> None:
+        zeros = memoryview(_ZEROS)
+        segment = self._pace.writer()[0] if self._pace is not None else 0
+        patience = self.clock() + PREPARE_PATIENCE
+        done = 0
+        while done < self.size and not self._fence.closed:  # closed: _keep removes the file
+            done += os.write(fd, zeros[: self.size - done])
+            os.fdatasync(fd)
+            while self._ahead(done, segment) and self.clock() < patience:
+                self.sleep(PREPARE_PAUSE)
+
+    def _ahead(self, done: int, segment: int) -> bool:
+        """Whether to wait before writing more (see the class docstring)."""
+        pace = self._pace
+        if pace is None or done >= self.size or self._fence.closed or pace.others_waiting():
+            return False
+        at, pos, prepared = pace.writer()
+        if at != segment or not prepared:
+            return False
+        return done / self.size - pos / pace.segment_bytes > PREPARE_LEAD
 
     def _keep(self) -> bool:
         """The file stays if the queue is still open; otherwise it goes."""
@@ -1283,11 +1332,19 @@ class DiskQueue:
             and not self._closed
         )
 
-    def prepare_job(self) -> PrepareJob:
+    def prepare_job(self, others_waiting: Callable[[], bool] | None = None) -> PrepareJob:
         """The job that prepares the next segment; run it on a worker thread, then
-        ``prepare_done`` on this one. Until then a roll appends to a new file as usual."""
+        ``prepare_done`` on this one. Until then a roll appends to a new file as usual. With
+        ``others_waiting`` (whether more jobs wait for that thread) the job is paced."""
         self._prepare_state = _PREPARING
-        return PrepareJob(self._prepared_path, self._prepare_size, self._fence)
+        pace = None
+        if others_waiting is not None:
+            pace = Pace(self._writer_at, self.max_bytes_per_file, others_waiting)
+        return PrepareJob(self._prepared_path, self._prepare_size, self._fence, pace)
+
+    def _writer_at(self) -> tuple[int, int, bool]:
+        """``Pace.writer``: called from a prepare job's thread."""
+        return self._write_file, self._write_pos, self._zero_tail
 
     def prepare_done(self, job: PrepareJob) -> None:
         """On the loop thread after ``job.run()``, whether it worked or raised."""

@@ -135,6 +135,7 @@ class DiskStore(DiskHooks):
         # segment files' slow work, one job at a time, off every other path: durable mode's
         # prepared segments (zeros, synced), and every mode's removal of consumed segments
         self._files: ThreadPoolExecutor | None = None
+        self._file_jobs = 0  # submitted to it and not done yet
         self._by_id: dict[int, _Round] = {}  # durable: rounds waiting for fsync answers
         self._last_id = 0
         self._lane_busy = False
@@ -235,9 +236,24 @@ class DiskStore(DiskHooks):
         its commits fdatasync overwrites of written blocks, not appends (which commit the
         filesystem's journal too). One thread: a job of a closed queue ends before the next
         job of a queue of the same name starts."""
-        job = queue.prepare_job()
-        future = self.loop.run_in_executor(self._file_worker(), job.run)
+        job = queue.prepare_job(self._file_jobs_waiting)
+        future = self._file_job(job.run)
         future.add_done_callback(lambda f: self._prepared(queue, job, f))
+
+    def _file_job(self, run: Callable[[], None]) -> asyncio.Future[None]:
+        """``run`` on the files thread; counted until it is done (``_file_jobs_waiting``)."""
+        self._file_jobs += 1
+        future = self.loop.run_in_executor(self._file_worker(), run)
+        future.add_done_callback(self._file_job_done)
+        return future
+
+    def _file_job_done(self, future: asyncio.Future[None]) -> None:
+        self._file_jobs -= 1
+
+    def _file_jobs_waiting(self) -> bool:
+        """Whether a job waits behind the one the files thread runs (asked from that thread:
+        the count is only changed on the loop, and a stale answer only moves a pause)."""
+        return self._file_jobs > 1
 
     def _file_worker(self) -> ThreadPoolExecutor:
         if self._files is None:
@@ -251,7 +267,7 @@ class DiskStore(DiskHooks):
         if self._closed:
             job.run()
         else:
-            self._file_worker().submit(job.run)
+            self._file_job(job.run)
 
     def _prepared(self, queue: DiskQueue, job: PrepareJob, future: asyncio.Future[None]) -> None:
         error = None if future.cancelled() else future.exception()
