@@ -8,11 +8,14 @@ Expected segment contents are framed by hand from the format, never with the wri
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import wait_for
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -31,6 +34,7 @@ from test_diskqueue import (
 )
 from test_persistence import BODIES, Daemons, consume, daemons, publish
 
+from nsqpy.nsqd.storage import persistence
 from nsqpy.nsqd.storage.diskqueue import (
     PREPARE_LEAD,
     PREPARE_PATIENCE,
@@ -244,6 +248,47 @@ def test_a_paced_prepare_ends_once_its_queue_is_closed(tmp_path: Path) -> None:
     assert len(paced.pauses) == 1
     assert not job.completed
     assert not prepared(tmp_path).exists()
+
+
+async def test_the_daemons_prepare_jobs_are_paced_and_counted_on_the_files_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store asks for paced jobs, telling them whether other file jobs wait for their
+    thread (a paced job must not hold those up)."""
+    asked: list[Any] = []
+    original = DiskQueue.prepare_job
+
+    def spy(self: DiskQueue, others_waiting: Any = None) -> PrepareJob:
+        asked.append(others_waiting)
+        return original(self, others_waiting)
+
+    monkeypatch.setattr(DiskQueue, "prepare_job", spy)
+    store = persistence.DiskStore(
+        asyncio.get_running_loop(),
+        str(tmp_path),
+        max_bytes_per_file=SEGMENT,
+        max_msg_size=1024,
+        sync_every=1000,
+        sync_timeout=60.0,
+        durable=True,
+        set_health=lambda _: None,
+    )
+    queue = store.open_queue("t")
+    gate = threading.Event()
+
+    def hold() -> None:  # the files thread, until the gate opens
+        assert gate.wait(10)
+
+    store._file_job(hold)
+    queue.put(records(0, 3))  # past an eighth of the segment
+    store.wrote(queue)
+    assert asked == [store._file_jobs_waiting]
+    assert store._file_jobs_waiting()  # the prepare job waits behind the first one
+    gate.set()
+    await wait_for(lambda: store._file_jobs == 0)
+    assert not store._file_jobs_waiting()
+    assert prepared(tmp_path).read_bytes() == bytes(SEGMENT)
+    await store.close([queue])
 
 
 def test_non_durable_queues_never_prepare(tmp_path: Path) -> None:
