@@ -1,9 +1,10 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """The compiled twin of ``fsyncers.py_serve``: a worker that never takes the GIL.
 
-It waits for a ring of the doorbell, reads a request from the work pipe, syncs the descriptors it names and writes the answer
-to the done pipe, all inside one ``nogil`` block: a commit round's wait no longer includes two
-GIL handovers from the busy event-loop thread. The protocol is in ``fsyncers``' docstring.
+It waits for a ring of the doorbell, reads a request from the work pipe, syncs the
+descriptors it names and writes the answer to the done pipe, all inside one ``nogil`` block: a
+commit round's wait no longer includes two GIL handovers from the busy event-loop thread. The
+protocol is in ``fsyncers``' docstring.
 """
 
 from libc.errno cimport EINTR, EIO, errno

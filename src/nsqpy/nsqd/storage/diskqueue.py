@@ -123,8 +123,8 @@ _ZEROS: Final = bytes(1 << 20)
 PREPARE_LEAD: Final = 0.25
 #: How long a paced job waits before it looks at the writer again (s)...
 PREPARE_PAUSE: Final = 0.002
-#: ...and how long it may wait in all (s): the job holds the one thread that every queue's
-#: file jobs share, and a writer that stops must not hold it.
+#: ...and how long after it started it stops waiting at all (s): the job holds the one
+#: thread that every queue's file jobs share, and a writer that stops must not hold it.
 PREPARE_PATIENCE: Final = 1.0
 # where the next segment's preparation stands (``prepare_segments``)
 _UNPREPARED, _PREPARING, _PREPARED, _PREPARE_FAILED = range(4)
@@ -277,8 +277,8 @@ class PrepareJob:
     prepared segment the job waits whenever its zeros are more than ``PREPARE_LEAD`` of a
     segment ahead of the writer's progress through that segment. It hurries once the writer
     moves on without it or writes to a segment that appends (its roll waits for this job),
-    while other jobs wait for its thread, once the queue is closed, and after
-    ``PREPARE_PATIENCE`` of waiting. ``clock`` and ``sleep`` are there for tests."""
+    while other jobs wait for its thread, once the queue is closed, and ``PREPARE_PATIENCE``
+    after it started. ``clock`` and ``sleep`` are there for tests."""
 
     def __init__(self, path: str, size: int, fence: _Fence, pace: Pace | None = None) -> None:
         self.path = path

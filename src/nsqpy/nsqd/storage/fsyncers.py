@@ -13,7 +13,8 @@ write wakes its reader as a "sync" wakeup, a hint that the writer is about to sl
 scheduler queues the worker on the loop's own CPU, behind the busy loop, when the loop goes
 on working. An eventfd's wakeup carries no such hint. Durable PUB+SUB with NSQ's
 ``bench_writer`` and ``bench_reader`` on 2 cores: ahead in 4 of 5 pairs with the doorbell
-(docs/performance.md, "Issue 21, sixth pass").
+(docs/performance.md, "Issue 21, sixth pass"). A ring wakes every idle worker, and all but
+one find nothing and wait again; a doorbell per worker avoided that and measured the same.
 
 Protocol (native byte order, int32): a request is ``REQUEST_INTS`` ints: the round's id (>0;
 0 stops the worker that reads it), a count n <= ``MAX_FDS``, then n descriptors, each ``fd``
