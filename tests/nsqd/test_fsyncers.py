@@ -155,3 +155,27 @@ async def test_a_worker_takes_one_request_per_ring(
     finally:
         workers.stop()
         os.close(fd)
+
+
+async def test_a_worker_raises_the_ready_flag_after_its_answer_and_reading_lowers_it(
+    tmp_path: Path, worker: Serve, doorbell: str
+) -> None:
+    """The flag the loop looks at without a syscall: up only once the answer is in the pipe,
+    down again when the loop reads."""
+    workers, answers = await start(worker, count=1)
+    workers.loop.remove_reader(workers._done_r)  # only the test reads the answers
+    fd = open_file(tmp_path, "f")
+    try:
+        assert not workers.answers_ready()
+        workers.submit(4, [fd])
+        await wait_for(workers.answers_ready)
+        assert pending(workers._done_r) == fsyncers._ANSWER.size
+        assert answers == {}
+        workers.read_answers()
+        assert answers == {4: 0}
+        assert not workers.answers_ready()
+        workers.read_answers()  # nothing in the pipe: a no-op
+        assert answers == {4: 0}
+    finally:
+        workers.stop()
+        os.close(fd)

@@ -37,7 +37,7 @@ class Gates:
     def started(self) -> int:
         return len(self.seen)
 
-    def serve(self, work: int, done: int, bell: int) -> None:
+    def serve(self, work: int, done: int, bell: int, ready: bytearray) -> None:
         size = fsyncers.REQUEST_INTS * 4
         while os.read(bell, 8) and len(data := os.read(work, size)) == size:
             fields = fsyncers._REQUEST.unpack(data)
@@ -51,6 +51,7 @@ class Gates:
             with self.lock:
                 self.finished.append(n)
             os.write(done, fsyncers._ANSWER.pack(fields[0], failed))
+            ready[0] = 1
 
 
 @pytest.fixture
@@ -269,3 +270,25 @@ async def test_a_reply_goes_out_as_soon_as_its_commit_ends(
     assert gates.finished == [0]
     gates.gates[1].set()
     assert await conn.response() == b"OK"
+
+
+async def test_a_commit_answered_during_the_loop_turn_is_taken_at_the_end_of_a_read(
+    nsqd_factory: NsqdFactory, gates: Gates
+) -> None:
+    """A worker's answer is taken (and its publisher answered) at the end of any
+    connection's read, without waiting for the loop to poll the done pipe or flush."""
+    nsqd = await nsqd_factory(durable=True)
+    workers = nsqd.store._fsyncers
+    assert workers is not None
+    workers.loop.remove_reader(workers._done_r)  # the loop no longer watches the answers
+    try:
+        publisher = await RawV2.connect(nsqd.tcp_port)
+        publisher.cmd("PUB t", b"a")
+        await wait_for(lambda: gates.started == 1)
+        gates.gates[0].set()
+        await wait_for(workers.answers_ready)
+        other = await RawV2.connect(nsqd.tcp_port)
+        other.send(b"NO")  # part of a command: a read with no reply and no flush
+        assert await publisher.response() == b"OK"
+    finally:  # watched again, so that the daemon's stop can take the answers
+        workers.loop.add_reader(workers._done_r, workers.read_answers)

@@ -74,6 +74,10 @@ class DiskHooks:
         ``topic``, its entry in nsqd.dat too)."""
         callback(True)
 
+    def poll_commits(self) -> None:
+        """Take the commits completed since the last look (a disk store's fsync answers)."""
+        return None
+
     def write_failed(self, error: Exception) -> None:
         return None
 

@@ -165,6 +165,10 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             self.reader.feed(data)
             if not self._stalled:
                 self._run(now)
+        # Durable mode: commits that completed while this read ran answer their publishers
+        # now, not after the rest of the iteration's reads and deliveries (no syscall unless
+        # a worker has answered).
+        self.nsqd.store.poll_commits()
         if self.flush_pending and self.state.channel is None:
             # Not subscribed: its output is replies, and all this input's replies are in.
             # Written now, not in the iteration's flush after every other read and delivery:

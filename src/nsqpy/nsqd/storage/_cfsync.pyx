@@ -8,6 +8,7 @@ protocol is in ``fsyncers``' docstring.
 """
 
 from libc.errno cimport EINTR, EIO, errno
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from libc.stdint cimport int32_t, uint64_t
 
 
@@ -22,14 +23,18 @@ cdef enum:
     REQUEST_INTS = 16
 
 
-def serve(int work, int done, int bell):
+def serve(int work, int done, int bell, bytearray ready not None):
     """Serve requests from ``work``, one per ring of ``bell``, until a stop request (id 0)
-    or EOF."""
+    or EOF; ``ready[0]`` is set to 1 after each answer is written."""
     cdef int32_t request[REQUEST_INTS]
     cdef uint64_t ring
     cdef int32_t answer[2]
     cdef ssize_t got
     cdef int i, count, fd, rc, failed
+    if len(ready) < 1:
+        raise ValueError("ready needs one byte")
+    # the worker keeps a reference (the caller's); a bytearray's buffer moves only on resize
+    cdef volatile char* flag = PyByteArray_AS_STRING(ready)
     with nogil:
         while True:
             got = read(bell, &ring, sizeof(ring))
@@ -58,3 +63,4 @@ def serve(int work, int done, int bell):
             answer[1] = failed
             while write(done, answer, sizeof(answer)) < 0 and errno == EINTR:
                 pass
+            flag[0] = 1  # after the write: seen set, the answer is in the pipe

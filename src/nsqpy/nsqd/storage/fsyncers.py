@@ -27,6 +27,14 @@ answers are smaller than ``PIPE_BUF``, so each write is atomic and each read of 
 a whole one, with any number of workers on the same pipes. The descriptors stay open until
 the answer has been read: the loop closes them (``DiskQueue.sync_done``).
 
+After writing an answer a worker sets ``ready[0]`` (a one-byte ``bytearray`` shared with the
+loop) to 1, and the loop clears it before it reads the done pipe. Reading one byte costs the
+loop no syscall, so it looks at the end of every connection's read (``answers_ready``), not
+only once per loop iteration: under durable PUB+SUB an answer waited ~280 us on average for
+the rest of the iteration's reads and deliveries before its OK could go out. The pipe stays
+watched (``add_reader``) for when the loop is idle, and for the moment between an answer's
+write and its flag.
+
 ``py_serve`` is the pure-Python twin (``NSQPY_PURE_PYTHON=1``, or no compiler): the same
 protocol, holding the GIL between its calls as any Python thread does.
 """
@@ -51,7 +59,7 @@ _ANSWER: Final = struct.Struct("=2i")
 #: One ring of the doorbell.
 RING: Final = (1).to_bytes(8, sys.byteorder)
 
-Serve = Callable[[int, int, int], None]
+Serve = Callable[[int, int, int, bytearray], None]
 Answered = Callable[[int, int], None]
 
 
@@ -60,9 +68,9 @@ def dir_entry(fd: int) -> int:
     return -(fd + 1)
 
 
-def py_serve(work: int, done: int, bell: int) -> None:
-    """Serve requests from ``work``, one per ring of ``bell``, until a stop request or EOF
-    (see the module docstring)."""
+def py_serve(work: int, done: int, bell: int, ready: bytearray) -> None:
+    """Serve requests from ``work``, one per ring of ``bell``, until a stop request or EOF,
+    setting ``ready[0]`` after each answer (see the module docstring)."""
     while len(os.read(bell, len(RING))) == len(RING):
         data = os.read(work, _REQUEST.size)
         if len(data) < _REQUEST.size:
@@ -71,6 +79,7 @@ def py_serve(work: int, done: int, bell: int) -> None:
         if fields[0] == 0:
             return
         os.write(done, _ANSWER.pack(fields[0], sync_all(fields[2 : 2 + fields[1]])))
+        ready[0] = 1
 
 
 def doorbell() -> tuple[int, int]:
@@ -117,13 +126,15 @@ class Fsyncers:
         self._work_r, self._work_w = os.pipe()
         self._done_r, self._done_w = os.pipe()
         self._bell_r, self._bell_w = doorbell()
+        #: Set by a worker after each answer, cleared by ``read_answers``.
+        self.ready = bytearray(1)
         os.set_blocking(self._done_r, False)
         loop.add_reader(self._done_r, self.read_answers)
         body = worker if worker is not None else serve
         self._threads = [
             threading.Thread(
                 target=body,
-                args=(self._work_r, self._done_w, self._bell_r),
+                args=(self._work_r, self._done_w, self._bell_r, self.ready),
                 name=f"nsqd-fsync_{i}",
                 daemon=True,
             )
@@ -146,8 +157,13 @@ class Fsyncers:
             sent += 1
         return sent
 
+    def answers_ready(self) -> bool:
+        """Whether a worker answered since the last ``read_answers`` (no syscall)."""
+        return self.ready[0] != 0
+
     def read_answers(self) -> None:
         """Take the answers written so far (the pipe is non-blocking: none is fine)."""
+        self.ready[0] = 0  # before the read: an answer written after it sets it again
         try:
             data = os.read(self._done_r, _ANSWER.size * 256)
         except BlockingIOError:
