@@ -63,4 +63,4 @@ def serve(int work, int done, int bell, bytearray ready not None):
             answer[1] = failed
             while write(done, answer, sizeof(answer)) < 0 and errno == EINTR:
                 pass
-            flag[0] = 1  # after the write: seen set, the answer is in the pipe
+            flag[0] = 1  # after the write: once the loop sees it set, the answer is in the pipe
