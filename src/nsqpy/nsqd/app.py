@@ -26,6 +26,7 @@ from nsqpy.nsqd.server import auth_query
 from nsqpy.nsqd.server import tls as nsqd_tls
 from nsqpy.nsqd.server.context import Connection
 from nsqpy.nsqd.server.lookup import Lookup, identity
+from nsqpy.nsqd.server.read_batching import ReadBatcher
 from nsqpy.nsqd.server.tcp import V2Connection
 from nsqpy.nsqd.storage import lease_journal, metadata
 from nsqpy.nsqd.storage.diskqueue import DiskQueue
@@ -126,6 +127,7 @@ class NSQD:
             leases_available=True,
         )
         self.clients: dict[int, Connection] = {}
+        self.read_batcher = ReadBatcher(self.loop)
         self.start_time = int(time.time())
         self.tcp_address = ""
         self.http_address = ""
@@ -543,6 +545,7 @@ class NSQD:
             self._scan_timer.cancel()
         if self._alert_timer is not None:
             self._alert_timer.cancel()
+        self.read_batcher.close()
         if self._statsd is not None:
             await self._statsd.stop()
         if self.lookup is not None:

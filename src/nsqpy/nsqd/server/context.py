@@ -20,6 +20,7 @@ from nsqpy.nsqd.core.redrive import Redrive
 from nsqpy.nsqd.observe.alerts import AlertMonitor
 from nsqpy.nsqd.observe.stats import ClientView
 from nsqpy.nsqd.options import NsqdOptions
+from nsqpy.nsqd.server.read_batching import ReadBatcher
 from nsqpy.protocol.identify import ServerLimits
 
 
@@ -58,6 +59,9 @@ class Daemon(Protocol):
 
     @property
     def tls_context(self) -> ssl.SSLContext | None: ...
+
+    @property
+    def read_batcher(self) -> ReadBatcher: ...
 
     @property
     def auth_enabled(self) -> bool: ...

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, cast
@@ -28,6 +29,7 @@ from nsqpy.nsqd.core.client import (
 )
 from nsqpy.nsqd.core.errors import BrokerError, InFlightError
 from nsqpy.nsqd.server.context import Daemon
+from nsqpy.nsqd.server.read_batching import lowat_for
 from nsqpy.nsqd.server.tcp_handshake import Handler, HandshakeMixin
 from nsqpy.nsqd.server.tcp_leases import lease_handler
 from nsqpy.protocol.command_reader import CommandReader, parse_mpub
@@ -120,6 +122,14 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         # of PUB+SUB over 100 topics, where reads are small and many.
         store = nsqd.store
         self._poll_commits = store.poll_commits if store.durable else None
+        # read_batching: a busy consumer's commands are read a mark's worth at a time.
+        self._batcher = nsqd.read_batcher
+        self._sock: socket.socket | None = None  # TCP only; the mark means nothing elsewhere
+        self.rx_bytes = 0
+        self.lowat = 1
+        self.lowat_want = 0
+        self.batched = False
+        self.rest_until = 0.0
         self._all_handlers: dict[bytes, Handler] = {
             b"FIN": self._fin,
             b"RDY": self._rdy,
@@ -142,6 +152,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            self._sock = sock
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
             self.remote_ip = self._auth_ip = host
@@ -159,6 +172,10 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             return
         now = self.loop.time()
         self._last_read = now
+        if self.lowat_want:
+            if not self.batched and now >= self.rest_until:
+                self._batcher.watch(self)  # this read counts toward the first tick
+            self.rx_bytes += len(data)
         if len(self._magic) < 4:
             data = self._read_magic(data)
             if not data:
@@ -248,6 +265,8 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         for timer in (self._heartbeat_timer, self._deadline_timer):
             if timer is not None:
                 timer.cancel()
+        if self.batched:
+            self._batcher.forget(self)
         self.nsqd.client_gone(self.state.id)
         self.nsqd.broker.remove_client(self.state, self.loop.time())
         log.info("PROTOCOL(V2): [%s] exiting ioloop", self.remote_address)
@@ -541,6 +560,28 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         if not 0 <= count <= max_rdy:
             raise _invalid(f"RDY count {count} out of range 0-{max_rdy}")
         state.channel.set_rdy(state, count, now)
+        self._window_changed(count)
+
+    def _window_changed(self, rdy: int) -> None:
+        """A new RDY count: a new mark, and a lower one at once (a smaller window must not
+        wait under the old mark). Plain TCP only: TLS and compression change what a FIN
+        costs in bytes."""
+        plain = self._sock is not None and self._decoder is None and not self.tls
+        want = lowat_for(rdy) if plain else 0
+        self.lowat_want = want
+        if self.lowat > max(want, 1):
+            self.set_lowat(max(want, 1))
+
+    def set_lowat(self, mark: int) -> None:
+        """Set the socket's receive low-water mark (``read_batching.Batched``)."""
+        sock = self._sock
+        if sock is None or self._lost:
+            return
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, mark)
+        except OSError:  # the socket is going away; its reads no longer matter
+            return
+        self.lowat = mark
 
     def _message_id(self, cmd: str, params: list[bytes], need: int) -> bytes:
         state = self.state.state

@@ -1,0 +1,123 @@
+"""Fewer, larger reads from a consumer that answers fast: the socket's ``SO_RCVLOWAT``.
+
+A consumer at full speed sends a FIN per message, often in a write of its own (NSQ's
+``bench_reader`` flushes after every FIN for the last quarter of each RDY window). Each of
+those small segments woke the loop for a read of a few commands, and each read drew an ACK
+that the consumer's kernel then had to take in: both ends paid per segment, and on two
+cores that was ~10 % of PUB+SUB (docs/performance.md, "eighth pass").
+
+While a subscribed connection keeps sending at least its mark's worth of bytes per tick, its
+receive low-water mark is raised to that mark, so the kernel wakes the loop once per mark's
+worth. As soon as a tick finds it slower, the mark goes back to 1, which makes whatever is
+waiting readable at once (Linux re-checks readability when the mark is set). So a command
+waits at most about two ticks, and only on a connection that has just sent a tick's worth.
+The mark is a quarter of the consumer's window in FIN lines, at most ``MAX_LOWAT``: the
+window can never be held shut by FINs waiting under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final, Protocol
+
+#: How often a busy connection's pace is looked at (s); bounds a command's extra wait.
+TICK: Final = 0.001
+#: After this many slow ticks in a row a connection is no longer watched...
+SLOW_TICKS: Final = 8
+#: ...for this long (s), so a steady trickle of commands does not keep the tick running.
+REST: Final = 0.1
+#: The highest mark (bytes): 24 FINs. 1 KiB measured no better and 4 KiB stalled.
+MAX_LOWAT: Final = 512
+#: ``FIN <16-byte id>\n``
+FIN_LINE: Final = 21
+#: Below this many FIN lines a mark saves too little to be worth its syscalls.
+MIN_LINES: Final = 4
+
+
+def lowat_for(rdy: int) -> int:
+    """The mark for a consumer whose RDY count is ``rdy``; 0 means never raise it."""
+    lines = rdy // 4
+    if lines < MIN_LINES:
+        return 0
+    return min(MAX_LOWAT, lines * FIN_LINE)
+
+
+class Batched(Protocol):
+    """What the batcher sees of a connection (``V2Connection`` keeps these fields)."""
+
+    #: bytes read so far, counted while ``lowat_want`` is set
+    rx_bytes: int
+    #: the mark the socket has now (1 is the kernel's default)
+    lowat: int
+    #: the mark to raise while the connection is busy; 0 for never
+    lowat_want: int
+    #: whether the batcher is watching it
+    batched: bool
+    #: loop time before which it is not watched again
+    rest_until: float
+
+    def set_lowat(self, mark: int) -> None: ...
+
+
+class ReadBatcher:
+    """Raises and lowers the marks of the connections it watches, one tick at a time."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, tick: float = TICK, rest: float = REST
+    ) -> None:
+        self._loop = loop
+        self._tick = tick
+        self._rest = rest
+        #: watched connection -> (its ``rx_bytes`` at the last tick, slow ticks in a row)
+        self._watched: dict[Batched, tuple[int, int]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._watched)
+
+    def watch(self, conn: Batched) -> None:
+        """Start looking at ``conn``'s pace (its mark is raised at the next tick if busy)."""
+        conn.batched = True
+        self._watched[conn] = (conn.rx_bytes, 0)
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._tick, self._on_tick)
+
+    def forget(self, conn: Batched) -> None:
+        """``conn`` is gone: stop watching it."""
+        self._watched.pop(conn, None)
+        conn.batched = False
+
+    def tick(self, now: float) -> None:
+        """Raise the mark of each connection that sent a mark's worth since the last tick.
+        Lower the others' to 1 at once (what waits under the mark is read now), and stop
+        watching one that has been slow for ``SLOW_TICKS`` ticks."""
+        watched = self._watched
+        for conn, (seen, slow) in list(watched.items()):
+            want = conn.lowat_want
+            received = conn.rx_bytes
+            if want and received - seen >= want:
+                watched[conn] = (received, 0)
+                if conn.lowat != want:
+                    conn.set_lowat(want)
+                continue
+            # A pause of a tick (the peer descheduled, say) lowers the mark but keeps the
+            # watch: the next busy tick raises it again.
+            if conn.lowat != 1:
+                conn.set_lowat(1)
+            if slow + 1 < SLOW_TICKS:
+                watched[conn] = (received, slow + 1)
+                continue
+            del watched[conn]
+            conn.batched = False
+            conn.rest_until = now + self._rest
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_tick(self) -> None:
+        self._timer = None
+        self.tick(self._loop.time())
+        if self._watched:
+            self._timer = self._loop.call_later(self._tick, self._on_tick)
