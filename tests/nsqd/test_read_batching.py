@@ -17,7 +17,14 @@ from v2client import RawV2
 
 from nsqpy.nsqd.app import NSQD
 from nsqpy.nsqd.server import read_batching
-from nsqpy.nsqd.server.read_batching import MAX_LOWAT, SLOW_TICKS, ReadBatcher, lowat_for
+from nsqpy.nsqd.server.read_batching import (
+    BUSY,
+    MAX_LOWAT,
+    SLOW_TICKS,
+    ReadBatcher,
+    lowat_for,
+    mark_for,
+)
 from nsqpy.nsqd.server.tcp import V2Connection
 
 NEVER = 3600.0  # a tick that never fires by itself: the tests call ``tick``
@@ -25,7 +32,7 @@ NEVER = 3600.0  # a tick that never fires by itself: the tests call ``tick``
 
 @dataclass(eq=False)
 class Conn:
-    lowat_want: int = 512
+    lowat_want: int = 4096
     rx_bytes: int = 0
     lowat: int = 1
     batched: bool = False
@@ -37,25 +44,35 @@ class Conn:
         self.lowat = mark
 
 
-def test_the_mark_is_a_quarter_of_the_window_in_fin_lines_at_most_512() -> None:
+def test_the_highest_mark_is_a_quarter_of_the_window_in_fin_lines_at_most_4096() -> None:
     assert len(b"FIN 0123456789abcdef\n") == read_batching.FIN_LINE
-    assert [lowat_for(rdy) for rdy in (0, 1, 15, 16, 17, 20, 96, 97, 2500)] == [
-        0, 0, 0, 84, 84, 105, 504, 504, 512,
+    assert [lowat_for(rdy) for rdy in (0, 1, 15, 16, 17, 20, 96, 780, 781, 2500)] == [
+        0, 0, 0, 84, 84, 105, 504, 4095, 4095, 4096,
     ]  # fmt: skip
-    assert MAX_LOWAT == 512
+    assert MAX_LOWAT == 4096
 
 
-async def test_a_busy_tick_raises_the_mark_once() -> None:
+def test_the_mark_is_half_a_ticks_bytes_as_a_power_of_two_under_the_highest() -> None:
+    assert BUSY == 512
+    sent = (0, 511, 512, 1023, 1024, 5000, 100_000)
+    assert [mark_for(n, 4096) for n in sent] == [0, 0, 256, 256, 512, 2048, 4096]
+    assert [mark_for(n, 210) for n in sent] == [0, 0, 210, 210, 210, 210, 210]
+    assert mark_for(100_000, 0) == 0
+
+
+async def test_a_busy_tick_raises_the_mark_to_its_pace() -> None:
     batcher, conn = ReadBatcher(asyncio.get_running_loop(), tick=NEVER), Conn()
     batcher.watch(conn)
     conn.rx_bytes += 511
     batcher.tick(1.0)
-    assert conn.marks == [] and conn.batched  # under a mark's worth: nothing to raise
-    conn.rx_bytes += 512
+    assert conn.marks == [] and conn.batched  # not busy enough for a mark
+    conn.rx_bytes += 1024
     batcher.tick(1.001)
-    conn.rx_bytes += 5000
+    conn.rx_bytes += 1100  # the same power of two: no syscall
     batcher.tick(1.002)
-    assert conn.marks == [512] and conn.lowat == 512 and len(batcher) == 1
+    conn.rx_bytes += 5000
+    batcher.tick(1.003)
+    assert conn.marks == [512, 2048] and conn.lowat == 2048 and len(batcher) == 1
     batcher.close()
 
 
@@ -65,10 +82,10 @@ async def test_a_pause_lowers_the_mark_at_once_and_keeps_the_watch() -> None:
     conn.rx_bytes += 600
     batcher.tick(1.0)
     batcher.tick(1.001)  # nothing read: whatever waits under the mark must be read now
-    assert conn.marks == [512, 1] and conn.batched
+    assert conn.marks == [256, 1] and conn.batched
     conn.rx_bytes += 600
     batcher.tick(1.002)
-    assert conn.marks == [512, 1, 512]
+    assert conn.marks == [256, 1, 256]
     batcher.close()
 
 
@@ -138,12 +155,12 @@ async def test_a_fin_under_the_mark_waits_for_the_tick_then_is_read(
         await pub.pub("t", b"m%d" % i)
     ids = [(await sub.message()).id for _ in range(40)]
     conn = _subscriber(nsqd)
-    assert conn.lowat_want == 512
+    assert conn.lowat_want == 4096
     sub.send(b"".join(b"FIN %s\n" % i for i in ids[:39]))  # 819 bytes at once
     await wait_for(lambda: conn.state.finish_count == 39)
     assert conn.batched
     batcher.tick(nsqd.loop.time())
-    assert conn.lowat == 512  # a mark's worth since the watch began: raised
+    assert conn.lowat == 256  # busy since the watch began: raised to half of that
     server_sock = conn._sock
     assert server_sock is not None
     sub.send(b"FIN %s\n" % ids[39])  # 21 bytes, under the mark
@@ -164,15 +181,16 @@ async def test_a_smaller_window_lowers_the_mark_at_once(
     monkeypatch.setattr(nsqd, "read_batcher", batcher)
     sub = await RawV2.connect(nsqd.tcp_port)
     await sub.sub("t", "c", rdy=2500)
-    await wait_for(lambda: bool(nsqd.clients) and _subscriber(nsqd).lowat_want == 512)
+    await wait_for(lambda: bool(nsqd.clients) and _subscriber(nsqd).lowat_want == 4096)
     conn = _subscriber(nsqd)
     sub.send(b"NOP\n" * 150)  # 600 bytes: watched, and busy enough for a mark
     await wait_for(lambda: conn.rx_bytes == 600)
     batcher.tick(nsqd.loop.time())
-    assert conn.lowat == 512
+    assert conn.lowat == 256
     sub.send(b"RDY 40\n" + b"NOP\n" * 130)  # 527 bytes: over the mark, read at once
     await wait_for(lambda: conn.state.rdy == 40)
-    assert conn.lowat_want == lowat_for(40) == 210 and conn.lowat == 210  # no tick needed
+    # 256 is over the new window's highest: lowered at once, no tick needed
+    assert conn.lowat_want == lowat_for(40) == 210 and conn.lowat == 210
     sub.send(b"RDY 1\n" + b"NOP\n" * 60)  # 246 bytes: over 210
     await wait_for(lambda: conn.state.rdy == 1)
     assert conn.lowat_want == 0 and conn.lowat == 1  # RDY 1 never waits under a mark
