@@ -44,10 +44,10 @@ class Conn:
         self.lowat = mark
 
 
-def test_the_highest_mark_is_a_quarter_of_the_window_in_fin_lines_at_most_4096() -> None:
+def test_the_highest_mark_is_a_sixteenth_of_the_window_in_fin_lines_at_most_4096() -> None:
     assert len(b"FIN 0123456789abcdef\n") == read_batching.FIN_LINE
-    assert [lowat_for(rdy) for rdy in (0, 1, 15, 16, 17, 20, 96, 780, 781, 2500)] == [
-        0, 0, 0, 84, 84, 105, 504, 4095, 4095, 4096,
+    assert [lowat_for(rdy) for rdy in (0, 1, 50, 63, 64, 80, 160, 2500, 3120, 3200)] == [
+        0, 0, 0, 0, 84, 105, 210, 3276, 4095, 4096,
     ]  # fmt: skip
     assert MAX_LOWAT == 4096
 
@@ -155,7 +155,7 @@ async def test_a_fin_under_the_mark_waits_for_the_tick_then_is_read(
         await pub.pub("t", b"m%d" % i)
     ids = [(await sub.message()).id for _ in range(40)]
     conn = _subscriber(nsqd)
-    assert conn.lowat_want == 4096
+    assert conn.lowat_want == lowat_for(2500) == 3276
     sub.send(b"".join(b"FIN %s\n" % i for i in ids[:39]))  # 819 bytes at once
     await wait_for(lambda: conn.state.finish_count == 39)
     assert conn.batched
@@ -181,16 +181,16 @@ async def test_a_smaller_window_lowers_the_mark_at_once(
     monkeypatch.setattr(nsqd, "read_batcher", batcher)
     sub = await RawV2.connect(nsqd.tcp_port)
     await sub.sub("t", "c", rdy=2500)
-    await wait_for(lambda: bool(nsqd.clients) and _subscriber(nsqd).lowat_want == 4096)
+    await wait_for(lambda: bool(nsqd.clients) and _subscriber(nsqd).lowat_want == 3276)
     conn = _subscriber(nsqd)
     sub.send(b"NOP\n" * 150)  # 600 bytes: watched, and busy enough for a mark
     await wait_for(lambda: conn.rx_bytes == 600)
     batcher.tick(nsqd.loop.time())
     assert conn.lowat == 256
-    sub.send(b"RDY 40\n" + b"NOP\n" * 130)  # 527 bytes: over the mark, read at once
-    await wait_for(lambda: conn.state.rdy == 40)
+    sub.send(b"RDY 160\n" + b"NOP\n" * 130)  # 528 bytes: over the mark, read at once
+    await wait_for(lambda: conn.state.rdy == 160)
     # 256 is over the new window's highest: lowered at once, no tick needed
-    assert conn.lowat_want == lowat_for(40) == 210 and conn.lowat == 210
+    assert conn.lowat_want == lowat_for(160) == 210 and conn.lowat == 210
     sub.send(b"RDY 1\n" + b"NOP\n" * 60)  # 246 bytes: over 210
     await wait_for(lambda: conn.state.rdy == 1)
     assert conn.lowat_want == 0 and conn.lowat == 1  # RDY 1 never waits under a mark
