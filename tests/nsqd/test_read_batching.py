@@ -103,6 +103,13 @@ async def test_a_slow_connection_is_let_go_and_rests() -> None:
     batcher.close()
 
 
+async def test_a_closed_batcher_watches_nothing() -> None:
+    batcher, conn = ReadBatcher(asyncio.get_running_loop(), tick=NEVER), Conn()
+    batcher.close()
+    batcher.watch(conn)
+    assert len(batcher) == 0 and not conn.batched and batcher._timer is None
+
+
 async def test_a_connection_that_wants_no_mark_never_gets_one() -> None:
     batcher, conn = ReadBatcher(asyncio.get_running_loop(), tick=NEVER), Conn(lowat_want=0)
     batcher.watch(conn)

@@ -4,7 +4,7 @@ A consumer at full speed sends a FIN per message, often in a write of its own (N
 ``bench_reader`` flushes after every FIN for the last quarter of each RDY window). Each of
 those small segments woke the loop for a read of a few commands, and each read drew an ACK
 that the consumer's kernel then had to take in: both ends paid per segment, and on two
-cores that was ~10 % of PUB+SUB (docs/performance.md, "eighth pass").
+cores that was 15-20 % of PUB+SUB (docs/performance.md, "eighth pass").
 
 While a subscribed connection sends at least ``BUSY`` bytes per tick, its receive low-water
 mark is raised to about half of what it sent in the last tick (a power of two), so the
@@ -89,12 +89,15 @@ class ReadBatcher:
         #: watched connection -> (its ``rx_bytes`` at the last tick, slow ticks in a row)
         self._watched: dict[Batched, tuple[int, int]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._watched)
 
     def watch(self, conn: Batched) -> None:
         """Start looking at ``conn``'s pace (its mark is raised at the next tick if busy)."""
+        if self._closed:  # the daemon is stopping: no timer that would outlive it
+            return
         conn.batched = True
         self._watched[conn] = (conn.rx_bytes, 0)
         if self._timer is None:
@@ -130,6 +133,7 @@ class ReadBatcher:
             conn.rest_until = now + self._rest
 
     def close(self) -> None:
+        self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
