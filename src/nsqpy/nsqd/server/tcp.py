@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, cast
@@ -52,6 +53,9 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("nsqpy.nsqd")
+#: read_batching relies on Linux waking a poller when a socket's mark is lowered under what
+#: waits in it; elsewhere a FIN could wait for more bytes, so no mark is ever raised.
+_LINUX: Final = sys.platform == "linux"
 
 _FLUSH_AT: Final = 65536
 _MS: Final = 1_000_000
@@ -153,7 +157,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        if _LINUX and sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             self._sock = sock
         if isinstance(peer, tuple):
             host, port = peer[0], peer[1]
