@@ -9,6 +9,7 @@ import fcntl
 import socket
 import struct
 import termios
+import zlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -223,3 +224,21 @@ async def test_a_busy_consumer_is_watched_by_the_daemons_own_ticks(nsqd: NSQD) -
     await wait_for(lambda: conn.state.finish_count == 200)
     await wait_for(lambda: not conn.batched)  # slow ticks let it go
     assert conn.lowat == 1 and conn.rest_until > 0 and len(nsqd.read_batcher) == 0
+
+
+async def test_a_compressed_connection_never_gets_a_mark(nsqd: NSQD) -> None:
+    """Deflate changes what a FIN costs in bytes: such a consumer keeps the kernel's mark."""
+    sub = await RawV2.connect(nsqd.tcp_port)
+    sub.cmd("IDENTIFY", b'{"feature_negotiation": true, "deflate": true, "deflate_level": 1}')
+    reply = await sub.frame()
+    assert b'"deflate":true' in reply.data
+    deflate = zlib.compressobj(1, zlib.DEFLATED, -15)
+    sub.send(deflate.compress(b"SUB t c\nRDY 2500\n") + deflate.flush(zlib.Z_SYNC_FLUSH))
+    await wait_for(
+        lambda: any(c.state.channel and c.state.rdy == 2500 for c in nsqd.clients.values())
+    )
+    conn = _subscriber(nsqd)
+    assert lowat_for(2500) > 0 and conn.lowat_want == 0
+    sub.send(deflate.compress(b"NOP\n" * 500) + deflate.flush(zlib.Z_SYNC_FLUSH))
+    await wait_for(lambda: conn._last_read > 0)
+    assert not conn.batched and conn.lowat == 1 and len(nsqd.read_batcher) == 0
