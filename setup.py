@@ -17,6 +17,7 @@ EXTENSIONS = [
     ("nsqpy.protocol._cwire", "src/nsqpy/protocol/_cwire.pyx"),
     ("nsqpy.nsqd.core._cdelivery", "src/nsqpy/nsqd/core/_cdelivery.pyx"),
     ("nsqpy.nsqd.storage._cfsync", "src/nsqpy/nsqd/storage/_cfsync.pyx"),
+    ("nsqpy.nsqd.storage._cframes", "src/nsqpy/nsqd/storage/_cframes.pyx"),
 ]
 
 

@@ -97,15 +97,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from itertools import accumulate, chain
 from typing import Final, NamedTuple
 
 from nsqpy.nsqd.core.errors import BrokerError
+from nsqpy.nsqd.storage.frames import bad_size, frame
 
 #: Smallest record nsqd writes: an NSQ message header (timestamp, attempts, id).
 MIN_MSG_SIZE: Final = 26
 _LEN: Final = struct.Struct(">i")
-_FRAMED: Final = 4  # a record's length prefix
 _READ_CHUNK: Final = 1 << 20
 #: Rolled segments whose fds may wait for a sync before one is done inline.
 _MAX_ROLLED: Final = 16
@@ -757,12 +756,9 @@ class DiskQueue:
             raise DiskQueueError(str(exc), written=done) from exc
 
     def _check_sizes(self, records: list[bytes]) -> None:
-        if not records:
+        bad = bad_size(records, MIN_MSG_SIZE, self.max_record_size)
+        if bad < 0:
             return
-        sizes = list(map(len, records))
-        if min(sizes) >= MIN_MSG_SIZE and max(sizes) <= self.max_record_size:
-            return
-        bad = next(s for s in sizes if s < MIN_MSG_SIZE or s > self.max_record_size)
         raise DiskQueueError(
             f"invalid message write size ({bad}) "
             f"minMsgSize={MIN_MSG_SIZE} maxMsgSize={self.max_record_size}"
@@ -773,7 +769,7 @@ class DiskQueue:
     ) -> int:
         """Write records from ``start`` that fit the current segment; returns the next index.
         Appends ``(segment, [start position of each record written])`` to ``runs`` when
-        given. The batch is framed with C-level iterators (no Python step per record)."""
+        given. The batch is framed in one pass (``frames``; compiled when built)."""
         limit = self.max_bytes_per_file
         if self._write_pos > 0 and (
             self._write_pos + 4 + len(records[start]) > limit
@@ -782,28 +778,15 @@ class DiskQueue:
             self._roll()
         fd = self._write_fd if self._write_fd is not None else self._open_write_file()
         pos = self._write_pos
-        rest = records[start:] if start else records
-        sizes = list(map(len, rest))
-        count = len(sizes)
-        if pos + sum(sizes) + 4 * count > limit:  # not all fit: find how many do
-            end, count = pos, 0
-            for size in sizes:
-                if end > 0 and end + 4 + size > limit:
-                    break
-                end += 4 + size
-                count += 1
-            rest, sizes = rest[:count], sizes[:count]
-        if runs is not None:
-            starts = list(accumulate(map(_FRAMED.__add__, sizes), initial=pos))
-            starts.pop()  # the end of the last record
+        data, count, starts = frame(records, start, pos, limit, runs is not None)
+        if starts is not None and runs is not None:
             runs.append((self._write_file, starts))
         try:
-            framed = chain.from_iterable(zip(map(_LEN.pack, sizes), rest, strict=True))
-            _write_all(fd, b"".join(framed))
+            _write_all(fd, data)
         except OSError:
             self._drop_write_fd(truncate=True)
             raise
-        self._write_pos = pos + sum(sizes) + 4 * count
+        self._write_pos = pos + len(data)
         self.depth += count
         self._count += count
         self._unsynced = True
