@@ -175,6 +175,36 @@ def test_channel_loops_twins_do_the_same(monkeypatch: pytest.MonkeyPatch) -> Non
     assert fast == pure
 
 
+def _redelivery(deliver: Any) -> list[Any]:
+    """Message objects (durable mode's, with tokens; requeued ones; a dead letter) handed
+    to ``deliver``: what each client got and holds in flight."""
+    log: list[tuple[Any, ...]] = []
+    ch = Channel("t", "c", mem_queue_size=1000, max_msg_timeout=900.0)
+    a, b = _Client(1, log, 30.0), _Client(2, log, 45.0)
+    for client, rdy in ((a, 3), (b, 2)):
+        ch.add_client(client.state)
+        ch.set_rdy(client.state, rdy, 1.0)
+    msgs: list[message.Queued] = [Message(b"%016x" % n, b"b", 1000 + n) for n in range(4)]
+    msgs[1].attempts = 7
+    msgs[2].token = 12
+    msgs.append(message.DeadLetter(b"d" * 16, b"x", 5, "t:c"))
+    msgs.append(Message(b"q" * 16, b"y", 6))
+    sent = deliver(ch, msgs, 2.5)
+    states = [[(k, _slots(m)) for k, m in client.state.in_flight.items()] for client in (a, b)]
+    return [sent, log, states, ch.in_flight_count]
+
+
+def test_deliver_twins_redeliver_message_objects_alike() -> None:
+    c = compiled(DELIVERY)
+    pure = _redelivery(channel_mod.py_deliver)
+    assert pure == _redelivery(c.deliver)
+    sent, log, states, _ = pure
+    assert sent == 5  # the windows' room: 3 + 2
+    assert [e[3] for e in log] == [1, 8, 1, 1, 1]  # attempts, one more each
+    assert all(m["deadline"] in (32.5, 47.5) for s in states for _, m in s)
+    assert any(m["token"] == 12 for s in states for _, m in s)
+
+
 def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
     if pure_python():
         assert channel_mod._deliver is channel_mod.py_deliver

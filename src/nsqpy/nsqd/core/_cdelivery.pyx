@@ -182,6 +182,22 @@ def delivered(tuple item, double now, double timeout):
     return _delivered(item, now, now + timeout)
 
 
+cdef inline object _redelivered(object msg, object now, object deadline):
+    """A message object delivered (again): one more attempt, in flight from ``now`` until
+    ``deadline``; returns its id. Durable mode delivers every message this way (it already
+    holds its disk token): a Message's slots are written directly, not through three
+    setattr calls and two getattr calls (~40 us an MPUB of 200 under durable PUB+SUB)."""
+    if _DIRECT and type(msg) is MessageType:
+        _replace_slot(msg, _ATTEMPTS, _read_slot(msg, _ATTEMPTS, "attempts") + 1)
+        _replace_slot(msg, _DELIVERY_TS, now)
+        _replace_slot(msg, _DEADLINE, deadline)
+        return _read_slot(msg, _ID, "id")
+    msg.attempts += 1
+    msg.delivery_ts = now
+    msg.deadline = deadline
+    return msg.id
+
+
 cdef inline int _to_run(object item, dict in_flight, list run, object now,
                         object deadline) except -1:
     """A message of a run: in flight from ``now`` until ``deadline`` (fresh entries are made
@@ -191,10 +207,7 @@ cdef inline int _to_run(object item, dict in_flight, list run, object now,
         in_flight[(<tuple>item)[0]] = msg  # its id, without looking it up on the message
     else:
         msg = item
-        msg.attempts += 1
-        msg.delivery_ts = now
-        msg.deadline = deadline
-        in_flight[msg.id] = msg
+        in_flight[_redelivered(msg, now, deadline)] = msg
     run.append(msg)
     return 0
 
