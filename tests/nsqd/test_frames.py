@@ -64,6 +64,12 @@ def test_bad_size_twins_agree(records: list[bytes], low: int, high: int) -> None
     assert py == (bad[0] if bad else -1)
 
 
+def test_a_negative_start_is_refused_by_both_twins() -> None:
+    for frame in _twins():
+        with pytest.raises(ValueError, match="must not be negative"):
+            frame([b"a"], -1, 0, 100, False)
+
+
 def test_the_compiled_twin_takes_only_bytes() -> None:
     c = compiled(FRAMES)
     with pytest.raises(TypeError, match="must be bytes"):

@@ -28,7 +28,7 @@ def frame(list records not None, Py_ssize_t start, Py_ssize_t pos, Py_ssize_t li
     cdef Py_ssize_t end = pos
     cdef Py_ssize_t i, size, count = 0, total = 0
     if start < 0:
-        start = 0
+        raise ValueError("start must not be negative")
     for i in range(start, n):
         size = _size(records, i)
         if end > 0 and end + PREFIX + size > limit:

@@ -30,6 +30,8 @@ def py_frame(
     """Frame ``records[start:]`` for a segment whose writes stand at ``pos``: as many as fit
     under ``limit`` bytes (the first always does in an empty segment). Returns the framed
     bytes, how many records they hold and, with ``want_starts``, each one's start."""
+    if start < 0:
+        raise ValueError("start must not be negative")
     rest = records[start:] if start else records
     sizes = list(map(len, rest))
     count = len(sizes)
