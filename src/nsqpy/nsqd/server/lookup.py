@@ -63,7 +63,11 @@ class LookupPeer:
                 pass
 
     def send(self, command: bytes) -> None:
-        """Queue a command; dropped while disconnected (a reconnect re-registers everything)."""
+        """Queue a command; dropped while disconnected (a reconnect re-registers everything).
+
+        Queued from the moment a (re)connect takes its snapshot of the registrations, so a
+        change is either in the snapshot or sent after it.
+        """
         if self.connected.is_set():
             try:
                 self._queue.put_nowait(command)
@@ -95,9 +99,11 @@ class LookupPeer:
             log.info("LOOKUPD(%s): peer info %s", self.address, self.info)
             while not self._queue.empty():
                 self._queue.get_nowait()
+            # Queue changes from the moment of the snapshot: a topic created while the
+            # snapshot's REGISTERs are on the wire is in neither unless send() keeps it.
+            self.connected.set()
             for topic, channel in self.registrations():
                 await self._command(reader, writer, v1.encode_register(topic, channel))
-            self.connected.set()
             await self._serve(reader, writer)
         finally:
             writer.close()
