@@ -18,6 +18,7 @@ EXTENSIONS = [
     ("nsqpy.nsqd.core._cdelivery", "src/nsqpy/nsqd/core/_cdelivery.pyx"),
     ("nsqpy.nsqd.storage._cfsync", "src/nsqpy/nsqd/storage/_cfsync.pyx"),
     ("nsqpy.nsqd.storage._cframes", "src/nsqpy/nsqd/storage/_cframes.pyx"),
+    ("nsqpy.nsqd.storage._cunfinished", "src/nsqpy/nsqd/storage/_cunfinished.pyx"),
 ]
 
 

@@ -101,6 +101,7 @@ from typing import Final, NamedTuple
 
 from nsqpy.nsqd.core.errors import BrokerError
 from nsqpy.nsqd.storage.frames import bad_size, frame
+from nsqpy.nsqd.storage.unfinished import unfinished_tokens
 
 #: Smallest record nsqd writes: an NSQ message header (timestamp, attempts, id).
 MIN_MSG_SIZE: Final = 26
@@ -549,7 +550,7 @@ class DiskQueue:
         # runs of records read (or taken), in order: (first token, file, [start of each]);
         # pruned up to the oldest unfinished token when a job asks for the positions
         self._acks: deque[tuple[int, int, list[int]]] = deque()
-        self._unfinished: set[int] = set()
+        self._unfinished = unfinished_tokens()
         self._held: deque[int] = deque()  # consumed segments kept until a sync passes them
         self._closed = False
         self._open()
@@ -733,7 +734,7 @@ class DiskQueue:
                 break
         taken = self._token - first
         if self.track_acks:
-            self._unfinished.update(range(first + 1, self._token + 1))
+            self._unfinished.add_range(first + 1, self._token + 1)
         self.depth -= taken
         self._count += taken
         while self._read_file < end_file:  # the batch rolled on: the read segment is consumed
@@ -950,7 +951,7 @@ class DiskQueue:
             self.depth -= taken
             self._count += taken
             if self.track_acks:
-                self._unfinished.update(range(self._token + 1, self._token + taken + 1))
+                self._unfinished.add_range(self._token + 1, self._token + taken + 1)
             self._token += taken
         if completed and (payload is None or reader.pos >= end):
             self._next_read_file()  # the end of a completed segment
@@ -982,7 +983,7 @@ class DiskQueue:
         self._token = token = self._token + 1
         if self.track_acks:
             self._acks.append((token, self._read_file, [start]))
-            self._unfinished.add(token)
+            self._unfinished.add_range(token, token + 1)
         if completed and reader.pos >= limit:
             self._next_read_file()
         if self._read_file == self._write_file and self._read_pos >= self._write_pos:
@@ -1052,17 +1053,12 @@ class DiskQueue:
 
     def finish(self, token: int) -> None:
         """The record read with ``token`` is done with (only with ``track_acks``)."""
-        unfinished = self._unfinished
-        if token in unfinished:
-            unfinished.remove(token)
+        if self._unfinished.discard(token):
             self._moved = True
 
     def finish_many(self, tokens: list[int]) -> None:
-        """``finish`` for a batch (a run of FINs): one set operation, no Python step each."""
-        unfinished = self._unfinished
-        before = len(unfinished)
-        unfinished.difference_update(tokens)
-        if len(unfinished) != before:
+        """``finish`` for a batch (a run of FINs): one call, no Python step each."""
+        if self._unfinished.discard_many(tokens):
             self._moved = True
 
     # -- damage ------------------------------------------------------------------------
@@ -1276,7 +1272,7 @@ class DiskQueue:
         unfinished record and everything read since counts in the depth."""
         acks = self._acks
         if self._unfinished:
-            oldest = min(self._unfinished)  # O(in flight), once per position job
+            oldest = self._unfinished.oldest()  # once per position job
             while acks[0][0] + len(acks[0][2]) <= oldest:
                 acks.popleft()  # runs wholly finished
             first, read_file, starts = acks[0]
