@@ -13,6 +13,8 @@ from types import ModuleType
 
 import pytest
 
+from nsqpy._internal.compiled import CHOSEN, pure_python
+
 WIRE = "nsqpy.protocol._cwire"
 DELIVERY = "nsqpy.nsqd.core._cdelivery"
 
@@ -28,3 +30,16 @@ def compiled(name: str) -> ModuleType:
         if required():
             pytest.fail(f"NSQPY_REQUIRE_COMPILED=1 but {name} is not built: {err}")
         pytest.skip(f"{name} is not built (no compiler?)")
+
+
+def in_use(name: str) -> ModuleType | None:
+    """The compiled module ``name`` when the code under test selected it, None when it runs
+    the pure-Python twins (``NSQPY_PURE_PYTHON=1``). Skips when it is neither built nor
+    required."""
+    if pure_python():
+        assert CHOSEN[name] is False
+        return None
+    if not required() and not CHOSEN.get(name):
+        pytest.skip("compiled core not built and not required")
+    assert CHOSEN[name] is True
+    return compiled(name)

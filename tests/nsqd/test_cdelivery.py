@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from twins import DELIVERY, compiled, required
+from twins import DELIVERY, compiled, in_use
 
-from nsqpy._internal.compiled import CHOSEN, pure_python
 from nsqpy.nsqd.core import backend, guid, message, records
 from nsqpy.nsqd.core import channel as channel_mod
 from nsqpy.nsqd.core.channel import Channel
@@ -206,14 +205,11 @@ def test_deliver_twins_redeliver_message_objects_alike() -> None:
 
 
 def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
-    if pure_python():
+    c = in_use(DELIVERY)
+    if c is None:
         assert channel_mod._deliver is channel_mod.py_deliver
         assert guid._render_ids is guid.py_render_ids
-        assert CHOSEN[DELIVERY] is False
         return
-    if not required() and not CHOSEN.get(DELIVERY):
-        pytest.skip("compiled core not built and not required")
-    c = compiled(DELIVERY)
     assert channel_mod._deliver is c.deliver
     assert channel_mod._fill_window is c.fill
     assert channel_mod._finish_batch is c.finish_many

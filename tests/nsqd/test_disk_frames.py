@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from twins import compiled, required
+from twins import compiled, in_use
 
-from nsqpy._internal.compiled import CHOSEN, pure_python
 from nsqpy.nsqd.storage import frames
 
 FRAMES = "nsqpy.nsqd.storage._cframes"
@@ -79,11 +78,6 @@ def test_the_compiled_twin_takes_only_bytes() -> None:
 
 
 def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
-    if pure_python():
-        assert frames.frame is frames.py_frame
-        assert CHOSEN[FRAMES] is False
-        return
-    if not required() and not CHOSEN.get(FRAMES):
-        pytest.skip("compiled core not built and not required")
-    assert frames.frame is compiled(FRAMES).frame
-    assert frames.bad_size is compiled(FRAMES).bad_size
+    c = in_use(FRAMES)
+    assert frames.frame is (frames.py_frame if c is None else c.frame)
+    assert frames.bad_size is (frames.py_bad_size if c is None else c.bad_size)

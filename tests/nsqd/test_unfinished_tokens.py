@@ -8,9 +8,8 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from twins import compiled, required
+from twins import compiled, in_use
 
-from nsqpy._internal.compiled import CHOSEN, pure_python
 from nsqpy.nsqd.storage import unfinished
 from nsqpy.nsqd.storage.unfinished import Unfinished
 
@@ -125,10 +124,6 @@ def test_both_twins_agree(ops: list[tuple[object, ...]]) -> None:
 
 
 def test_the_selected_twin_is_the_compiled_one_unless_pure_python() -> None:
-    if pure_python():
-        assert unfinished.unfinished_tokens is unfinished.PyUnfinished
-        assert CHOSEN[UNFINISHED] is False
-        return
-    if not required() and not CHOSEN.get(UNFINISHED):
-        pytest.skip("compiled core not built and not required")
-    assert unfinished.unfinished_tokens is compiled(UNFINISHED).Unfinished
+    c = in_use(UNFINISHED)
+    want = unfinished.PyUnfinished if c is None else c.Unfinished
+    assert unfinished.unfinished_tokens is want

@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from twins import WIRE, compiled, required
+from twins import WIRE, compiled, in_use
 
-from nsqpy._internal.compiled import CHOSEN, pure_python
 from nsqpy.protocol import command_reader, frames
 from nsqpy.protocol.errors import ClientError
 from nsqpy.protocol.frames import PyMessageSink, encode_message
@@ -271,15 +270,11 @@ def test_message_sink_twins_write_and_flush_alike(spec: list[tuple[int, bytes]])
 
 
 def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
-    if pure_python():
+    c = in_use(WIRE)
+    if c is None:
         assert command_reader.parse_mpub is command_reader.py_parse_mpub
         assert frames.MessageSink is PyMessageSink
-        assert CHOSEN[WIRE] is False
         return
-    if not required() and not CHOSEN.get(WIRE):
-        pytest.skip("compiled core not built and not required")
-    c = compiled(WIRE)
-    assert CHOSEN[WIRE] is True
     assert command_reader.parse_mpub is c.parse_mpub
     assert command_reader.fin_run is c.fin_run
     assert frames.MessageSink is c.MessageSink
