@@ -9,7 +9,7 @@ cleared ones so that no byte is looked at twice. The region is moved to the buff
 """
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.string cimport memchr, memmove, memset
 
 
