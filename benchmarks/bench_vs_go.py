@@ -58,8 +58,10 @@ def broker_command(name: str, go_bin: Path) -> tuple[list[str], dict[str, str]]:
 
 
 class Broker:
-    def __init__(self, name: str, go_bin: Path) -> None:
-        cmd, env = broker_command(name, go_bin)
+    """A broker on a fresh data path and ports chosen by the kernel: ``cmd`` (nsqd and the
+    flags of its mode) with ``env`` added to the environment."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
         self.data = tempfile.mkdtemp(prefix="nsqpy-vs-go-")
         self.log_path = Path(self.data) / "log"
         with self.log_path.open("w") as log:
@@ -134,7 +136,7 @@ def rate(proc: subprocess.Popen[str]) -> float:
 
 
 def run_once(name: str, go_bin: Path, runfor: str) -> dict[str, Any]:
-    broker = Broker(name, go_bin)
+    broker = Broker(*broker_command(name, go_bin))
     try:
         for topic in ("sub_bench", "pubsub"):
             broker.post(f"/topic/create?topic={topic}")
