@@ -151,7 +151,11 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=4, help="rounds of every variant")
     parser.add_argument("--runfor", default="5s", help="length of each run (Go duration)")
     parser.add_argument("--go-bin", type=Path, default=Path("/tmp/anch/nsq/bin"))
-    parser.add_argument("--sched", action="store_true", help="per-thread scheduling figures")
+    parser.add_argument(
+        "--sched",
+        action="store_true",
+        help="per-thread scheduling figures, sampled over seconds 1.5-4.5 (keep --runfor >= 5s)",
+    )
     args = parser.parse_args()
     variants: list[Variant] = args.variant
     for k in range(args.pairs):
