@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
 import statistics
@@ -161,6 +162,18 @@ def run_once(name: str, go_bin: Path, runfor: str) -> dict[str, Any]:
     }
 
 
+def host() -> dict[str, str]:
+    """What ran the rounds: a figure only compares with figures of the same hardware."""
+    cpuinfo = Path("/proc/cpuinfo")
+    models = re.findall(r"model name\s*: (.*)", cpuinfo.read_text()) if cpuinfo.exists() else []
+    return {
+        "cpu": models[0] if models else platform.processor(),
+        "cpus": str(os.cpu_count()),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
 def table(results: dict[str, list[dict[str, Any]]]) -> str:
     medians = {
         name: {p: statistics.median(r[p] for r in runs) for p in PHASES}
@@ -195,7 +208,8 @@ def main() -> None:
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = RESULTS_DIR / f"{stamp}-vs-go.json"
-    out.write_text(json.dumps({"load_at_start": load, "runs": results}, indent=1) + "\n")
+    record = {"load_at_start": load, "host": host(), "runs": results}
+    out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"load average at start {load:.2f}; raw results {out}")
     print(table(results))
 
