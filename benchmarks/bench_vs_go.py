@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,6 +36,8 @@ import urllib.request
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
+
+from nsqpy._internal.duration import parse_go_duration
 
 RESULTS_DIR = Path(__file__).parent / "results"
 _OPS = re.compile(r"([\d.]+)ops/s")
@@ -136,29 +139,67 @@ def rate(proc: subprocess.Popen[str]) -> float:
     return float(found.group(1))
 
 
+def reaped_cpu() -> float:
+    """CPU seconds of this process's children reaped so far: a tool's whole run is the rise
+    across the ``rate`` that waits for it, as long as no other child ends meanwhile."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def per_msg(cpu_s: float, msgs_per_s: float, seconds: float) -> float:
+    """CPU ns per message of a run that moved ``msgs_per_s`` for ``seconds``."""
+    return round(cpu_s * 1e9 / (msgs_per_s * seconds), 1) if msgs_per_s else 0.0
+
+
 def run_once(name: str, go_bin: Path, runfor: str) -> dict[str, Any]:
+    seconds = parse_go_duration(runfor) / 1e9
     broker = Broker(*broker_command(name, go_bin))
     try:
         for topic in ("sub_bench", "pubsub"):
             broker.post(f"/topic/create?topic={topic}")
             broker.post(f"/channel/create?topic={topic}&channel=ch")
         cpu = [broker.cpu_seconds()]
+        tools = [reaped_cpu()]
         pub = rate(tool(go_bin, "bench_writer", broker, "sub_bench", runfor))
         cpu.append(broker.cpu_seconds())
+        tools.append(reaped_cpu())
         sub = rate(tool(go_bin, "bench_reader", broker, "sub_bench", runfor))
         cpu.append(broker.cpu_seconds())
+        tools.append(reaped_cpu())
         reader = tool(go_bin, "bench_reader", broker, "pubsub", runfor)
         writer = tool(go_bin, "bench_writer", broker, "pubsub", runfor)
-        pubsub_in, pubsub_out = rate(writer), rate(reader)
+        pubsub_in = rate(writer)
+        tools.append(reaped_cpu())
+        pubsub_out = rate(reader)
+        tools.append(reaped_cpu())
         cpu.append(broker.cpu_seconds())
     finally:
         broker.stop()
+    broker_s = [b - a for a, b in pairwise(cpu)]
+    tool_s = [b - a for a, b in pairwise(tools)]
     return {
         "pub": pub,
         "sub": sub,
         "pubsub_in": pubsub_in,
         "pubsub_out": pubsub_out,
-        "broker_cpu_s": [round(b - a, 2) for a, b in pairwise(cpu)],
+        "broker_cpu_s": [round(s, 2) for s in broker_s],
+        # CPU per message of each process in each phase. The broker's PUB+SUB figure counts
+        # a message half published, half delivered: Go nsqd's "in" runs ahead of its "out".
+        "cpu_ns_per_msg": {
+            "pub": {
+                "broker": per_msg(broker_s[0], pub, seconds),
+                "bench_writer": per_msg(tool_s[0], pub, seconds),
+            },
+            "sub": {
+                "broker": per_msg(broker_s[1], sub, seconds),
+                "bench_reader": per_msg(tool_s[1], sub, seconds),
+            },
+            "pubsub": {
+                "broker": per_msg(broker_s[2], (pubsub_in + pubsub_out) / 2, seconds),
+                "bench_writer": per_msg(tool_s[2], pubsub_in, seconds),
+                "bench_reader": per_msg(tool_s[3], pubsub_out, seconds),
+            },
+        },
     }
 
 
@@ -190,6 +231,24 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def cpu_table(results: dict[str, list[dict[str, Any]]]) -> str:
+    """PUB+SUB: medians of each process's CPU ns per message, and their sum: what the two
+    CPUs are shared out by (the tools' part sets a ceiling on any broker's rate)."""
+    procs = ("broker", "bench_writer", "bench_reader")
+    lines = [
+        "| PUB+SUB CPU ns/msg | " + " | ".join(procs) + " | all three |",
+        "|---|" + "---|" * (len(procs) + 1),
+    ]
+    for name, runs in results.items():
+        figures = [r["cpu_ns_per_msg"]["pubsub"] for r in runs if "cpu_ns_per_msg" in r]
+        if not figures:
+            continue
+        cells = [statistics.median(f[p] for f in figures) for p in procs]
+        total = statistics.median(sum(f[p] for p in procs) for f in figures)
+        lines.append(f"| {name} | " + " | ".join(f"{c:,.0f}" for c in [*cells, total]) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--go-bin", type=Path, default=Path("/tmp/anch/nsq/bin"))
@@ -212,6 +271,7 @@ def main() -> None:
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"load average at start {load:.2f}; raw results {out}")
     print(table(results))
+    print(cpu_table(results))
 
 
 if __name__ == "__main__":
