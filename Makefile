@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml setup.py $(shell find src -name '*.pyx')
 	@if command -v npm >/dev/null 2>&1; then \
 	  (cd tests/peers/nsqjs && npm install --silent --no-audit --no-fund) || echo "nsqjs install failed: nsqjs peer tests will be skipped"; \
 	fi
+	@# gnsq's own test suite, run against nsqpy by tests/upstream, ships in its sdist (the peer's version)
+	@$(PY) -m pip download -q --no-binary :all: --no-deps gnsq==1.0.2 -d $(VENV)/upstream \
+	  || echo "gnsq sdist download failed: gnsq's own test suite will be skipped"
 	touch $(STAMP)
 
 # Compiled bytecode for src/ even where PYTHONDONTWRITEBYTECODE is set: without it every daemon

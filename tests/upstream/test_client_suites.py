@@ -1,0 +1,87 @@
+"""Real NSQ clients' own test suites, run unchanged against nsqpy's daemons.
+
+Each suite starts the daemons it needs as ``nsqd`` and ``nsqlookupd`` from ``PATH``, as it
+does in its own CI against Go NSQ. Here those names are wrappers that run nsqpy's, first on
+``PATH``, so every integration test of the suite talks to nsqpy. A failure is a client's
+expectation of NSQ v1.3.0 that nsqpy breaks.
+
+- gnsq's suite comes with its sdist, which ``make`` downloads (the same version as the peer
+  in pyproject.toml) into ``<venv>/upstream``;
+- nsqjs's suite comes with its npm package, and ``tests/peers/nsqjs`` installs the tools it
+  runs with (mocha, should, sinon, ...).
+
+pynsq's sdist ships no tests and go-nsq needs a Go module cache, so those two suites are run
+by hand from their repositories (docs/nsqd.md, "Clients' own test suites").
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.peers, pytest.mark.slow]
+
+GNSQ = "gnsq-1.0.2"
+NSQJS = Path(__file__).resolve().parent.parent / "peers" / "nsqjs" / "node_modules"
+#: Longer than either suite takes (~12 s each here), shorter than the test's own timeout.
+SUITE_TIMEOUT = 100
+
+
+@pytest.fixture
+def daemons_path(tmp_path: Path) -> str:
+    """A ``PATH`` whose ``nsqd`` and ``nsqlookupd`` are nsqpy's (this interpreter's)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("nsqd", "nsqlookupd"):
+        wrapper = bin_dir / name
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m nsqpy.{name} "$@"\n')
+        wrapper.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def run_suite(cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
+    """Run a suite to its end; fail with the end of its output unless it passed."""
+    done = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=SUITE_TIMEOUT,
+    )
+    if done.returncode != 0:
+        output = done.stdout[-6000:] + done.stderr[-3000:]
+        pytest.fail(f"{cmd[0]} exited {done.returncode}:\n{output}")
+
+
+def test_gnsq_suite(daemons_path: str, tmp_path: Path) -> None:
+    upstream = Path(os.environ.get("NSQPY_UPSTREAM_DIR", Path(sys.prefix) / "upstream"))
+    sdist = upstream / f"{GNSQ}.tar.gz"
+    if not sdist.exists():
+        pytest.skip(f"{sdist} missing: `make` downloads it (pip download, from PyPI)")
+    with tarfile.open(sdist) as archive:
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: refuse paths out of tmp_path
+            archive.extractall(tmp_path, filter="data")
+        else:
+            archive.extractall(tmp_path)
+    root = tmp_path / GNSQ
+    # its own (empty) pytest config, not ours: our addopts, markers and paths are not its
+    config = ["-c", "setup.cfg", "--rootdir", "."]
+    run_suite(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *config, "tests"],
+        root,
+        {"PATH": daemons_path, "PYTHONPATH": f"{root}{os.pathsep}{root / 'gnsq'}"},
+    )
+
+
+def test_nsqjs_suite(daemons_path: str) -> None:
+    mocha = NSQJS / "mocha" / "bin" / "mocha"
+    package = NSQJS / "nsqjs"
+    if not (mocha.exists() and (package / "test").is_dir()):
+        pytest.skip("nsqjs and mocha are not installed (tests/peers/nsqjs: npm install)")
+    run_suite(["node", str(mocha), "-R", "dot"], package, {"PATH": daemons_path})
