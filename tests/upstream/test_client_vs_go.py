@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -21,37 +19,29 @@ from typing import Any
 
 import pytest
 from conftest import wait_for
+from daemon_process import start_process, stop_process
 from tls_certs import Certs, make_certs
 
 from nsqpy.client import Config, Consumer, Message, NsqdHTTPClient, Producer, sync
 
 pytestmark = [pytest.mark.peers]
 
+#: The tasks reading the daemons' output to its end (held: a task must not be collected).
+DRAINS: set[asyncio.Future[bytes]] = set()
 GO_BIN = Path(os.environ.get("NSQPY_GO_BIN", "/tmp/anch/nsq/bin"))
-LISTENING = re.compile(rb"(TCP|HTTP): listening on 127\.0\.0\.1:(\d+)")
 
 if not ((GO_BIN / "nsqd").exists() and (GO_BIN / "nsqlookupd").exists()):
     pytest.skip(f"Go nsqd and nsqlookupd are not built in {GO_BIN}", allow_module_level=True)
 
 
 async def start_go(name: str, *flags: str) -> tuple[asyncio.subprocess.Process, dict[str, int]]:
-    """A Go daemon on ports chosen by the kernel, once it has logged them."""
-    proc = await asyncio.create_subprocess_exec(
-        str(GO_BIN / name),
-        "--tcp-address=127.0.0.1:0",
-        "--http-address=127.0.0.1:0",
-        *flags,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    ports: dict[str, int] = {}
-    async with asyncio.timeout(10):
-        while len(ports) < 2:
-            line = await proc.stderr.readline()
-            assert line, f"{name} exited"
-            if match := LISTENING.search(line):
-                ports[match.group(1).decode()] = int(match.group(2))
+    """A Go daemon on ports chosen by the kernel, once it has logged them. Its log is read
+    on to the end (a full pipe would block the daemon's logging, and so the daemon)."""
+    local = ("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0")
+    proc, ports, _ = await start_process([str(GO_BIN / name)], *local, *flags)
+    assert proc.stderr is not None and proc.stdout is not None
+    for stream in (proc.stderr, proc.stdout):
+        DRAINS.add(asyncio.ensure_future(stream.read()))
     return proc, ports
 
 
@@ -70,18 +60,22 @@ class GoCluster:
 
 @pytest.fixture
 async def go(tmp_path: Path) -> AsyncIterator[GoCluster]:
+    """Go nsqlookupd, and Go nsqd registered with it, with TLS and both codecs on offer."""
     certs = make_certs(tmp_path / "certs")
-    lookupd, found = await start_go("nsqlookupd")
-    nsqd, served = await start_go(
-        "nsqd",
-        f"--data-path={tmp_path}",
-        "--broadcast-address=127.0.0.1",
-        f"--lookupd-tcp-address=127.0.0.1:{found['TCP']}",
-        f"--tls-cert={certs.server_cert}",
-        f"--tls-key={certs.server_key}",
-        f"--tls-root-ca-file={certs.ca}",
-    )
+    started: list[asyncio.subprocess.Process] = []
     try:
+        lookupd, found = await start_go("nsqlookupd")
+        started.append(lookupd)
+        nsqd, served = await start_go(
+            "nsqd",
+            f"--data-path={tmp_path}",
+            "--broadcast-address=127.0.0.1",
+            f"--lookupd-tcp-address=127.0.0.1:{found['TCP']}",
+            f"--tls-cert={certs.server_cert}",
+            f"--tls-key={certs.server_key}",
+            f"--tls-root-ca-file={certs.ca}",
+        )
+        started.append(nsqd)
         yield GoCluster(
             f"127.0.0.1:{served['TCP']}",
             f"127.0.0.1:{served['HTTP']}",
@@ -89,10 +83,10 @@ async def go(tmp_path: Path) -> AsyncIterator[GoCluster]:
             certs,
         )
     finally:
-        for proc in (nsqd, lookupd):
-            proc.send_signal(signal.SIGTERM)
-            async with asyncio.timeout(10):
-                assert await proc.wait() == 0
+        for proc in reversed(started):
+            assert await stop_process(proc) == 0
+        await asyncio.gather(*DRAINS)  # EOF once the daemons are gone
+        DRAINS.clear()
 
 
 def channel_of(stats: dict[str, Any], name: str) -> dict[str, Any]:
