@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import POLL_INTERVAL
 
 pytestmark = [pytest.mark.peers, pytest.mark.slow]
 
@@ -45,7 +46,7 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 15) -> Any:
     while time.monotonic() < deadline:
         if result := check():
             return result
-        time.sleep(0.05)
+        time.sleep(POLL_INTERVAL)  # between looks, up to the deadline
     pytest.fail(f"timed out waiting for {what}")
 
 
