@@ -196,6 +196,30 @@ async def test_raw_deflate_level_is_capped(nsqd_factory: NsqdFactory) -> None:
     assert frame.data == b"OK"
 
 
+async def test_a_rdy_sent_with_a_durable_sub_runs_on_a_deflate_connection(
+    nsqd_factory: NsqdFactory,
+) -> None:
+    """A durable SUB of a new channel waits for nsqd.dat, and its connection stalls. A RDY
+    that arrived inflated in the same read must run when the connection resumes, not wait in
+    the reader for more input (pynsq's deflate Reader got nothing for a heartbeat interval)."""
+    nsqd = await nsqd_factory(durable=True)
+    raw = await RawV2.connect(nsqd.tcp_port)
+    raw.cmd("IDENTIFY", identify_body(deflate=True, deflate_level=6))
+    assert json.loads(await raw.response())["deflate"] is True
+    decoder = DeflateDecoder()
+    frames = FrameDecoder()
+    frames.feed(decoder.decompress(leftover(raw)))
+    while (frame := frames.next()) is None:
+        frames.feed(decoder.decompress(await raw.reader.read(65536)))
+    assert frame.data == b"OK"
+    raw.send(DeflateEncoder(6).compress(b"SUB stalls ch\nRDY 3\n"))  # one write, nothing after
+    while (frame := frames.next()) is None:
+        frames.feed(decoder.decompress(await raw.reader.read(65536)))
+    assert frame.data == b"OK"
+    channel = nsqd.broker.topics["stalls"].channels["ch"]
+    await wait_for(lambda: [c.rdy for c in channel.clients.values()] == [3])
+
+
 async def test_snappy_and_deflate_together_refused(nsqd: NSQD) -> None:
     raw = await RawV2.connect(nsqd.tcp_port)
     raw.cmd("IDENTIFY", identify_body(snappy=True, deflate=True))

@@ -170,10 +170,9 @@ class HandshakeMixin:
         if self._closing:
             return
         now = self.loop.time()
-        if self._decoder is not None:
-            self._inflate(b"", now)
-        else:
-            self._run(now)
+        self._run(now)  # commands read before the stall (a RDY sent with a durable SUB)
+        if self._decoder is not None and not (self._stalled or self._closing):
+            self._inflate(b"", now)  # then input still compressed, if any
         if not self._stalled and self.transport is not None and not self._closing:
             self.transport.resume_reading()
 
