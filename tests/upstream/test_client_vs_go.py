@@ -9,6 +9,7 @@ module is skipped.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -109,7 +110,10 @@ async def test_publish_kinds(go: GoCluster) -> None:
     assert (ch["depth"], ch["deferred_count"]) == (53, 1)
 
 
-async def test_consume_with_fin_req_and_touch(go: GoCluster) -> None:
+async def test_consume_with_fin_req_and_touch(
+    go: GoCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="nsqpy.client")
     seen: list[tuple[bytes, int]] = []
 
     def handle(msg: Message) -> None:
@@ -126,6 +130,8 @@ async def test_consume_with_fin_req_and_touch(go: GoCluster) -> None:
     assert sorted(seen) == [(b"a", 1), (b"a", 2), (b"b", 1), (b"b", 2)]
     ch = channel_of(stats, "ch")
     assert (ch["requeue_count"], ch["depth"]) == (2, 0)
+    # FIN, REQ and TOUCH get no answer unless they fail: an E_*_FAILED would be logged here
+    assert [r.getMessage() for r in caplog.records if r.name == "nsqpy.client"] == []
 
 
 async def test_consumer_finds_nsqd_through_nsqlookupd(go: GoCluster) -> None:
