@@ -27,22 +27,21 @@ from nsqpy.client import Config, Consumer, Message, NsqdHTTPClient, Producer, sy
 
 pytestmark = [pytest.mark.peers]
 
-#: The tasks reading the daemons' output to its end (held: a task must not be collected).
-DRAINS: set[asyncio.Future[bytes]] = set()
 GO_BIN = Path(os.environ.get("NSQPY_GO_BIN", "/tmp/anch/nsq/bin"))
 
 if not ((GO_BIN / "nsqd").exists() and (GO_BIN / "nsqlookupd").exists()):
     pytest.skip(f"Go nsqd and nsqlookupd are not built in {GO_BIN}", allow_module_level=True)
 
 
-async def start_go(name: str, *flags: str) -> tuple[asyncio.subprocess.Process, dict[str, int]]:
-    """A Go daemon on ports chosen by the kernel, once it has logged them. Its log is read
-    on to the end (a full pipe would block the daemon's logging, and so the daemon)."""
+async def start_go(
+    name: str, drains: list[asyncio.Future[bytes]], *flags: str
+) -> tuple[asyncio.subprocess.Process, dict[str, int]]:
+    """A Go daemon on ports chosen by the kernel, once it has logged them. Its output is read
+    on to the end into ``drains`` (a full pipe would block the daemon's logging, and so it)."""
     local = ("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0")
     proc, ports, _ = await start_process([str(GO_BIN / name)], *local, *flags)
     assert proc.stderr is not None and proc.stdout is not None
-    for stream in (proc.stderr, proc.stdout):
-        DRAINS.add(asyncio.ensure_future(stream.read()))
+    drains += [asyncio.ensure_future(stream.read()) for stream in (proc.stderr, proc.stdout)]
     return proc, ports
 
 
@@ -64,11 +63,13 @@ async def go(tmp_path: Path) -> AsyncIterator[GoCluster]:
     """Go nsqlookupd, and Go nsqd registered with it, with TLS and both codecs on offer."""
     certs = make_certs(tmp_path / "certs")
     started: list[asyncio.subprocess.Process] = []
+    drains: list[asyncio.Future[bytes]] = []
     try:
-        lookupd, found = await start_go("nsqlookupd")
+        lookupd, found = await start_go("nsqlookupd", drains)
         started.append(lookupd)
         nsqd, served = await start_go(
             "nsqd",
+            drains,
             f"--data-path={tmp_path}",
             "--broadcast-address=127.0.0.1",
             f"--lookupd-tcp-address=127.0.0.1:{found['TCP']}",
@@ -86,8 +87,7 @@ async def go(tmp_path: Path) -> AsyncIterator[GoCluster]:
     finally:
         for proc in reversed(started):
             assert await stop_process(proc) == 0
-        await asyncio.gather(*DRAINS)  # EOF once the daemons are gone
-        DRAINS.clear()
+        await asyncio.gather(*drains)  # EOF once the daemons are gone
 
 
 def channel_of(stats: dict[str, Any], name: str) -> dict[str, Any]:
