@@ -13,6 +13,7 @@ from twins import DELIVERY, compiled, in_use
 
 from nsqpy.nsqd.core import backend, guid, message, records
 from nsqpy.nsqd.core import channel as channel_mod
+from nsqpy.nsqd.core import topic as topic_mod
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.client import ClientState
 from nsqpy.nsqd.core.message import Message
@@ -91,7 +92,14 @@ def test_compiled_messages_are_left_out_of_the_cycle_collector() -> None:
     assert type(made) is Message
     assert not gc.is_tracked(made)
     assert set(Message.__slots__) == {
-        "attempts", "body", "deadline", "deferred", "delivery_ts", "id", "timestamp", "token"
+        "attempts",
+        "body",
+        "deadline",
+        "deferred",
+        "delivery_ts",
+        "id",
+        "timestamp",
+        "token",
     }
     atoms = (bytes, int, float, str)
     assert all(isinstance(getattr(made, name), atoms) for name in Message.__slots__)
@@ -209,11 +217,13 @@ def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
     if c is None:
         assert channel_mod._deliver is channel_mod.py_deliver
         assert guid._render_ids is guid.py_render_ids
+        assert topic_mod._fresh_entries is message.fresh_entries
         return
     assert channel_mod._deliver is c.deliver
     assert channel_mod._fill_window is c.fill
     assert channel_mod._finish_batch is c.finish_many
     assert guid._render_ids is c.render_ids
+    assert topic_mod._fresh_entries is c.fresh_entries
 
 
 def test_record_layout_the_twins_read() -> None:
@@ -239,3 +249,27 @@ def test_plain_records_twins_agree(entries: list[tuple[bytes, bytes, int]], atte
         msgs.append(m)
     assert c.plain_records(msgs) == backend.py_encode(msgs)
     assert backend.py_encode(list(entries)) == [records.encode(ts, 0, i, b) for i, b, ts in entries]
+
+
+@given(
+    st.lists(st.tuples(st.binary(min_size=16, max_size=16), st.binary(max_size=40)), max_size=20)
+)
+def test_fresh_entries_twins_agree(pairs: list[tuple[bytes, bytes]]) -> None:
+    c = compiled(DELIVERY)
+    ids = [i for i, _ in pairs]
+    bodies = [b for _, b in pairs]
+    pure = message.fresh_entries(ids, bodies, 1234)
+    assert c.fresh_entries(ids, bodies, 1234) == pure
+    assert c.fresh_entries(tuple(ids), tuple(bodies), 1234) == pure
+    assert pure == ([(i, b, 1234) for i, b in pairs], sum(len(b) for b in bodies))
+
+
+def test_fresh_entries_twins_refuse_unequal_lists_alike() -> None:
+    c = compiled(DELIVERY)
+    for ids, bodies in (([b"a" * 16], []), ([], [b"x"])):
+        errors = []
+        for fn in (message.fresh_entries, c.fresh_entries):
+            with pytest.raises(ValueError) as err:
+                fn(ids, bodies, 1)
+            errors.append(str(err.value))
+        assert errors[0] == errors[1]

@@ -10,6 +10,7 @@ runs their loops without the interpreter. No I/O: messages go to ``client.write_
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_Check
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
@@ -176,6 +177,28 @@ def with_tokens(list items, tokens):
             msg.token = token
         out.append(msg)
     return out
+
+
+def fresh_entries(ids, bodies, ts):
+    """``message.fresh_entries``: ``(id, body, ts)`` per message, and the bodies' bytes, in
+    one loop (the pure twin's zip and ``sum(map(len, ...))`` were ~5 % of the broker under
+    PUB+SUB)."""
+    cdef list id_list = ids if type(ids) is list else list(ids)
+    cdef list body_list = bodies if type(bodies) is list else list(bodies)
+    cdef Py_ssize_t n = len(id_list)
+    cdef Py_ssize_t k
+    cdef Py_ssize_t size = 0
+    if len(body_list) != n:
+        raise ValueError("zip() argument 2 is shorter than argument 1"
+                         if len(body_list) < n else "zip() argument 2 is longer than argument 1")
+    cdef list out = PyList_New(n)
+    for k in range(n):
+        body = body_list[k]
+        size += len(body)
+        entry = (id_list[k], body, ts)
+        Py_INCREF(entry)
+        PyList_SET_ITEM(out, k, entry)
+    return out, size
 
 
 def delivered(tuple item, double now, double timeout):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import repeat
 from typing import TypeAlias
 
 from nsqpy.nsqd.core import records
@@ -90,6 +92,14 @@ def plain_message(data: bytes) -> Message | None:
 Entry: TypeAlias = tuple[bytes, bytes, int]
 #: What a queue holds: fresh entries, and messages already delivered once (requeued, timed out).
 Queued: TypeAlias = "Message | Entry"
+
+
+def fresh_entries(
+    ids: Sequence[bytes], bodies: Sequence[bytes], ts: int
+) -> tuple[list[Queued], int]:
+    """The entries for a publish of ``bodies`` with ``ids`` at ``ts``, and their body bytes
+    (the topic's ``message_bytes``): what every published message pays, in one pass."""
+    return list(zip(ids, bodies, repeat(ts, len(ids)), strict=True)), sum(map(len, bodies))
 
 
 def materialize(item: Queued) -> Message:

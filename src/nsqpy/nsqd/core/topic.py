@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
 
+from nsqpy._internal.compiled import load
 from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.backend import Backend, DiskHooks, write_messages
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.errors import Exiting, QueueFull
-from nsqpy.nsqd.core.message import Message, Queued, from_record
+from nsqpy.nsqd.core.message import Message, Queued, fresh_entries, from_record
 from nsqpy.nsqd.core.policy import Settings
 from nsqpy.nsqd.core.quantile import LatencySummary, aggregate
 from nsqpy.protocol.names import is_ephemeral
@@ -143,12 +143,13 @@ class Topic:
     ) -> None:
         """Publish messages that ``accept`` has just cleared."""
         self.message_count += len(bodies)
-        self.message_bytes += sum(map(len, bodies))
         msgs: list[Queued]
         if defer:
+            self.message_bytes += sum(map(len, bodies))
             msgs = [Message(i, b, ts, defer) for i, b in zip(ids, bodies, strict=True)]
-        else:  # fresh entries, made in C: no per-message object until delivery
-            msgs = list(zip(ids, bodies, repeat(ts, len(ids)), strict=True))
+        else:  # fresh entries: no per-message object until delivery
+            msgs, size = _fresh_entries(ids, bodies, ts)
+            self.message_bytes += size
         if self.holding:
             self._hold(msgs)
             return
@@ -300,3 +301,9 @@ class Topic:
 def _copy(item: Queued) -> Queued:
     """Another channel's copy: an entry is immutable and shared; a message is copied."""
     return item if isinstance(item, tuple) else item.copy()
+
+
+_c = load("nsqpy.nsqd.core._cdelivery")
+_fresh_entries: Callable[[Sequence[bytes], Sequence[bytes], int], tuple[list[Queued], int]] = (
+    fresh_entries if _c is None else _c.fresh_entries
+)
