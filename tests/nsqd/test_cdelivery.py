@@ -92,14 +92,7 @@ def test_compiled_messages_are_left_out_of_the_cycle_collector() -> None:
     assert type(made) is Message
     assert not gc.is_tracked(made)
     assert set(Message.__slots__) == {
-        "attempts",
-        "body",
-        "deadline",
-        "deferred",
-        "delivery_ts",
-        "id",
-        "timestamp",
-        "token",
+        "attempts", "body", "deadline", "deferred", "delivery_ts", "id", "timestamp", "token"
     }
     atoms = (bytes, int, float, str)
     assert all(isinstance(getattr(made, name), atoms) for name in Message.__slots__)
