@@ -266,3 +266,26 @@ def test_fresh_entries_twins_refuse_unequal_lists_alike() -> None:
                 fn(ids, bodies, 1)
             errors.append(str(err.value))
         assert errors[0] == errors[1]
+
+
+def test_finished_messages_are_reused_only_when_nothing_else_holds_them() -> None:
+    """The compiled FIN keeps a finished message for the next delivery when it alone held
+    it; one still referenced elsewhere (here, by the test) is left untouched."""
+    c = compiled(DELIVERY)
+    ch = Channel("t", "c", mem_queue_size=1000, max_msg_timeout=900.0)
+    sent: list[tuple[bytes, int]] = []
+    client = ClientState(1, lambda m: sent.append((m.id, m.attempts)), msg_timeout=30.0)
+    ch.add_client(client)
+    ch.set_rdy(client, 10, 1.0)
+    ids = [b"%016x" % n for n in range(10)]
+    entries: list[message.Queued] = [(i, b"body-" + i, 100 + n) for n, i in enumerate(ids)]
+    assert c.deliver(ch, entries[:5], 2.0) == 5
+    held = client.in_flight[ids[0]]
+    before = c.spare_count()
+    assert c.finish_many(ch, client, ids[:5], 3.0) == []
+    assert c.spare_count() == before + 4  # all but the held one
+    assert c.deliver(ch, entries[5:], 4.0) == 5
+    assert c.spare_count() == before  # taken again
+    assert _slots(held) == _slots(message.delivered(entries[0], 2.0, 30.0))
+    expected = [_slots(message.delivered(e, 4.0, 30.0)) for e in entries[5:]]
+    assert [_slots(m) for m in client.in_flight.values()] == expected
