@@ -289,3 +289,24 @@ def test_finished_messages_are_reused_only_when_nothing_else_holds_them() -> Non
     assert _slots(held) == _slots(message.delivered(entries[0], 2.0, 30.0))
     expected = [_slots(message.delivered(e, 4.0, 30.0)) for e in entries[5:]]
     assert [_slots(m) for m in client.in_flight.values()] == expected
+
+
+def test_a_reused_message_is_untracked_even_if_python_made_it() -> None:
+    """A message made in Python (``Message(...)``: tracked by the cycle collector) that is
+    finished and reused comes back untracked, as every message the compiled core makes."""
+    import gc
+
+    c = compiled(DELIVERY)
+    ch = Channel("t", "c", mem_queue_size=1000, max_msg_timeout=900.0)
+    client = ClientState(1, lambda m: None, msg_timeout=30.0)
+    ch.add_client(client)
+    ch.set_rdy(client, 10, 1.0)
+    made = Message(b"m" * 16, b"python", 7)
+    assert gc.is_tracked(made)
+    assert c.deliver(ch, [made], 2.0) == 1
+    del made  # the in-flight table holds it alone now
+    assert c.finish_many(ch, client, [b"m" * 16], 3.0) == []
+    assert c.spare_count() >= 1
+    taken = c.with_tokens([(b"n" * 16, b"fresh", 8)] * c.spare_count(), range(c.spare_count()))
+    assert not any(gc.is_tracked(m) for m in taken)
+    assert c.spare_count() == 0

@@ -128,11 +128,13 @@ cdef inline void _clear_slot(object msg, Py_ssize_t offset) noexcept:
 
 cdef inline void _recycle(object msg) noexcept:
     """Keep ``msg`` (a plain Message, held by the caller's reference alone) for ``_blank``,
-    its slots cleared as its deallocation would clear them."""
+    its slots cleared as its deallocation would clear them, and untracked like every message
+    ``_blank`` hands out (one made by ``Message(...)`` in Python is tracked)."""
     if not _DIRECT or type(msg) is not MessageType or Py_REFCNT(msg) != 1:
         return
     if PyList_GET_SIZE(_spare) >= SPARE_MAX:
         return
+    PyObject_GC_UnTrack(msg)  # a no-op when it is not tracked
     _clear_slot(msg, _ID)
     _clear_slot(msg, _BODY)
     _clear_slot(msg, _TIMESTAMP)
