@@ -79,6 +79,34 @@ async def test_a_started_daemon_answers_ping_without_aiohttps_client(
     assert not modules & CLIENT, sorted(modules & CLIENT)
 
 
+async def test_nsqd_with_a_lookupd_imports_the_client_before_it_listens(tmp_path: Path) -> None:
+    """The first topic makes nsqd ask lookupd over HTTP; completing aiohttp's import then
+    would hold the loop (and the topic's REGISTER) for ~0.07 s, which gnsq's suite saw."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-X", "importtime", "-m", "nsqpy.nsqd"),
+        *("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"),
+        "--lookupd-tcp-address=127.0.0.1:9",  # nothing there: nsqd retries, the test needs none
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    lines: list[bytes] = []
+    try:
+        async with asyncio.timeout(30):
+            while not LISTENING.search(lines[-1] if lines else b""):
+                line = await proc.stderr.readline()
+                assert line, b"".join(lines)
+                lines.append(line)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await proc.stderr.read()
+            assert await proc.wait() == 0
+    before_listening = imported(b"".join(lines))
+    assert "aiohttp.web_app" in before_listening  # the list is read right
+    assert not CLIENT - before_listening, sorted(CLIENT - before_listening)
+
+
 HELPER_SCRIPT = """
 import json, sys
 from nsqpy._internal import aioweb

@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     from nsqpy._internal import aioweb, daemon, logs
 
     aioweb.import_web()
+    if opts.nsqlookupd_tcp_addresses or opts.auth_http_addresses:
+        aioweb.import_client()  # used on the loop soon: not a stall at the first topic
     from nsqpy.nsqd.app import NSQD, StartupError
 
     tune_gc()

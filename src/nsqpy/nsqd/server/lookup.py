@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import aiohttp
 
+from nsqpy._internal import aioweb
 from nsqpy.protocol import lookup as v1
 from nsqpy.protocol.constants import NSQ_VERSION
 from nsqpy.protocol.names import is_ephemeral, is_valid_name
@@ -166,6 +167,8 @@ class Lookup:
             if address not in wanted:
                 peer = self.peers.pop(address)
                 asyncio.get_running_loop().create_task(peer.stop())
+        if set(wanted) - set(self.peers):
+            aioweb.import_client()  # once, now, rather than when the first topic is created
         for address in wanted:
             if address not in self.peers:
                 peer = LookupPeer(address, self.identity, self.registrations)
