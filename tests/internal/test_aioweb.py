@@ -107,6 +107,42 @@ async def test_nsqd_with_a_lookupd_imports_the_client_before_it_listens(tmp_path
     assert not CLIENT - before_listening, sorted(CLIENT - before_listening)
 
 
+async def test_nsqd_imports_the_client_when_put_config_adds_a_lookupd(tmp_path: Path) -> None:
+    """A lookupd added at run time: the import happens in that PUT, not at the next topic."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-X", "importtime", "-m", "nsqpy.nsqd"),
+        *("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    lines: list[bytes] = []
+    ports: dict[bytes, int] = {}
+    put_logged = re.compile(rb"PUT /config/nsqlookupd_tcp_addresses")
+    try:
+        async with asyncio.timeout(30):
+            while len(ports) < 2:
+                lines.append(await proc.stderr.readline())
+                assert lines[-1], b"".join(lines)
+                if match := LISTENING.search(lines[-1]):
+                    ports[match.group(1)] = int(match.group(2))
+            listening = len(lines)
+            url = f"http://127.0.0.1:{ports[b'HTTP']}/config/nsqlookupd_tcp_addresses"
+            async with aiohttp.ClientSession() as http, http.put(url, data=b'["127.0.0.1:9"]'):
+                pass
+            while not put_logged.search(lines[-1]):
+                lines.append(await proc.stderr.readline())
+                assert lines[-1], b"".join(lines)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            await proc.stderr.read()
+            assert await proc.wait() == 0
+    assert not imported(b"".join(lines[:listening])) & CLIENT  # not at start-up: no lookupd
+    in_the_put = imported(b"".join(lines[listening:]))
+    assert not CLIENT - in_the_put, sorted(CLIENT - in_the_put)
+
+
 HELPER_SCRIPT = """
 import json, sys
 from nsqpy._internal import aioweb

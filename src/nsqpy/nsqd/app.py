@@ -481,7 +481,7 @@ class NSQD:
         """Ask the ``--auth-http-address`` servers (raises ``auth.AuthServerError``)."""
         if self._auth_session is None or self._auth_session.closed:
             opts = self.opts
-            import aiohttp  # the client: imported only when an auth server is asked
+            import aiohttp  # the client (imported before serving: __main__)
 
             self._auth_session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(
