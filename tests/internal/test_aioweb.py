@@ -7,11 +7,13 @@ module lists come from ``-X importtime`` (or ``sys.modules``), so nothing here i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -42,39 +44,72 @@ def test_version_imports_neither_the_daemon_nor_aiohttp(daemon: str) -> None:
     assert f"nsqpy.{daemon}.app" not in modules
 
 
+class Daemon:
+    """A daemon run with ``-X importtime``; its stderr (log and import lines) kept in order."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        self.proc, self.stderr = proc, proc.stderr
+        self.lines: list[bytes] = []
+        self.ports: dict[bytes, int] = {}
+
+    async def read_line(self) -> bytes:
+        line = await self.stderr.readline()
+        assert line, b"".join(self.lines)  # the daemon ended
+        self.lines.append(line)
+        if match := LISTENING.search(line):
+            self.ports[match.group(1)] = int(match.group(2))
+        return line
+
+    async def read_until(self, pattern: re.Pattern[bytes]) -> int:
+        """Read up to the next line that matches; the number of lines read so far."""
+        while not pattern.search(await self.read_line()):
+            pass
+        return len(self.lines)
+
+    async def listening(self) -> int:
+        """Read up to the TCP and HTTP listening lines; the number of lines read so far."""
+        while len(self.ports) < 2:
+            await self.read_line()
+        return len(self.lines)
+
+    def imported(self, first: int = 0, last: int | None = None) -> set[str]:
+        return imported(b"".join(self.lines[first:last]))
+
+
+@contextlib.asynccontextmanager
+async def importtime_daemon(daemon: str, *flags: str) -> AsyncIterator[Daemon]:
+    """Start ``daemon``; on the way out stop it with SIGTERM and check it exited cleanly."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-X", "importtime", "-m", f"nsqpy.{daemon}"),
+        *("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *flags),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    running = Daemon(proc)
+    try:
+        async with asyncio.timeout(30):
+            yield running
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            running.lines.append(await running.stderr.read())
+            assert await proc.wait() == 0, b"".join(running.lines)
+
+
 @pytest.mark.parametrize("daemon", ["nsqd", "nsqlookupd"])
 async def test_a_started_daemon_answers_ping_without_aiohttps_client(
     daemon: str, tmp_path: Path
 ) -> None:
     extra = [f"--data-path={tmp_path}"] if daemon == "nsqd" else []
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-X", "importtime", "-m", f"nsqpy.{daemon}"),
-        *("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", *extra),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    lines: list[bytes] = []
-    ports: dict[bytes, int] = {}
-    try:
-        async with asyncio.timeout(30):
-            while len(ports) < 2:
-                line = await proc.stderr.readline()
-                assert line, b"".join(lines)
-                lines.append(line)
-                if match := LISTENING.search(line):
-                    ports[match.group(1)] = int(match.group(2))
+    async with importtime_daemon(daemon, *extra) as running:
+        await running.listening()
         async with (
             aiohttp.ClientSession() as http,
-            http.get(f"http://127.0.0.1:{ports[b'HTTP']}/ping") as resp,
+            http.get(f"http://127.0.0.1:{running.ports[b'HTTP']}/ping") as resp,
         ):
             assert resp.status == 200
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            rest = await proc.stderr.read()
-            assert await proc.wait() == 0, b"".join(lines) + rest
-    modules = imported(b"".join(lines) + rest)
+    modules = running.imported()
     assert "aiohttp.web_app" in modules  # the server is there
     assert not modules & CLIENT, sorted(modules & CLIENT)
 
@@ -82,64 +117,24 @@ async def test_a_started_daemon_answers_ping_without_aiohttps_client(
 async def test_nsqd_with_a_lookupd_imports_the_client_before_it_listens(tmp_path: Path) -> None:
     """The first topic makes nsqd ask lookupd over HTTP; completing aiohttp's import then
     would hold the loop (and the topic's REGISTER) for ~0.07 s, which gnsq's suite saw."""
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-X", "importtime", "-m", "nsqpy.nsqd"),
-        *("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"),
-        "--lookupd-tcp-address=127.0.0.1:9",  # nothing there: nsqd retries, the test needs none
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    lines: list[bytes] = []
-    try:
-        async with asyncio.timeout(30):
-            while not LISTENING.search(lines[-1] if lines else b""):
-                line = await proc.stderr.readline()
-                assert line, b"".join(lines)
-                lines.append(line)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            await proc.stderr.read()
-            assert await proc.wait() == 0
-    before_listening = imported(b"".join(lines))
+    flags = (f"--data-path={tmp_path}", "--lookupd-tcp-address=127.0.0.1:9")  # nothing there
+    async with importtime_daemon("nsqd", *flags) as running:
+        first_listening = await running.read_until(LISTENING)
+    before_listening = running.imported(0, first_listening)
     assert "aiohttp.web_app" in before_listening  # the list is read right
     assert not CLIENT - before_listening, sorted(CLIENT - before_listening)
 
 
 async def test_nsqd_imports_the_client_when_put_config_adds_a_lookupd(tmp_path: Path) -> None:
     """A lookupd added at run time: the import happens in that PUT, not at the next topic."""
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-X", "importtime", "-m", "nsqpy.nsqd"),
-        *("--tcp-address=127.0.0.1:0", "--http-address=127.0.0.1:0", f"--data-path={tmp_path}"),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    lines: list[bytes] = []
-    ports: dict[bytes, int] = {}
-    put_logged = re.compile(rb"PUT /config/nsqlookupd_tcp_addresses")
-    try:
-        async with asyncio.timeout(30):
-            while len(ports) < 2:
-                lines.append(await proc.stderr.readline())
-                assert lines[-1], b"".join(lines)
-                if match := LISTENING.search(lines[-1]):
-                    ports[match.group(1)] = int(match.group(2))
-            listening = len(lines)
-            url = f"http://127.0.0.1:{ports[b'HTTP']}/config/nsqlookupd_tcp_addresses"
-            async with aiohttp.ClientSession() as http, http.put(url, data=b'["127.0.0.1:9"]'):
-                pass
-            while not put_logged.search(lines[-1]):
-                lines.append(await proc.stderr.readline())
-                assert lines[-1], b"".join(lines)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        async with asyncio.timeout(30):
-            await proc.stderr.read()
-            assert await proc.wait() == 0
-    assert not imported(b"".join(lines[:listening])) & CLIENT  # not at start-up: no lookupd
-    in_the_put = imported(b"".join(lines[listening:]))
+    async with importtime_daemon("nsqd", f"--data-path={tmp_path}") as running:
+        listening = await running.listening()
+        url = f"http://127.0.0.1:{running.ports[b'HTTP']}/config/nsqlookupd_tcp_addresses"
+        async with aiohttp.ClientSession() as http, http.put(url, data=b'["127.0.0.1:9"]'):
+            pass
+        put_logged = await running.read_until(re.compile(rb"PUT /config/nsqlookupd_tcp_addr"))
+    assert not running.imported(0, listening) & CLIENT  # not at start-up: no lookupd yet
+    in_the_put = running.imported(listening, put_logged)
     assert not CLIENT - in_the_put, sorted(CLIENT - in_the_put)
 
 
