@@ -49,7 +49,7 @@ class Daemon:
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stderr is not None
-        self.proc, self.stderr = proc, proc.stderr
+        self.stderr = proc.stderr
         self.lines: list[bytes] = []
         self.ports: dict[bytes, int] = {}
 
