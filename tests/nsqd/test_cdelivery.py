@@ -13,6 +13,7 @@ from twins import DELIVERY, compiled, in_use
 
 from nsqpy.nsqd.core import backend, guid, message, records
 from nsqpy.nsqd.core import channel as channel_mod
+from nsqpy.nsqd.core import client as client_mod
 from nsqpy.nsqd.core import topic as topic_mod
 from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.core.client import ClientState
@@ -162,6 +163,7 @@ def test_channel_loops_twins_do_the_same(monkeypatch: pytest.MonkeyPatch) -> Non
         ("_plain_message", message.plain_message),
     ):
         monkeypatch.setattr(channel_mod, name, fn)
+    monkeypatch.setattr(client_mod, "_new_in_flight", dict)
     pure = _scenario()
     for name, fn in (
         ("_deliver", c.deliver),
@@ -170,6 +172,7 @@ def test_channel_loops_twins_do_the_same(monkeypatch: pytest.MonkeyPatch) -> Non
         ("_plain_message", c.plain_message),
     ):
         monkeypatch.setattr(channel_mod, name, fn)
+    monkeypatch.setattr(client_mod, "_new_in_flight", c.InFlight)
     fast = _scenario()
     assert sum(1 for e in pure if e[0] == "write") > 25  # the scenario did deliver
     assert fast == pure
@@ -194,9 +197,11 @@ def _redelivery(deliver: Any) -> list[Any]:
     return [sent, log, states, ch.in_flight_count]
 
 
-def test_deliver_twins_redeliver_message_objects_alike() -> None:
+def test_deliver_twins_redeliver_message_objects_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     c = compiled(DELIVERY)
+    monkeypatch.setattr(client_mod, "_new_in_flight", dict)
     pure = _redelivery(channel_mod.py_deliver)
+    monkeypatch.setattr(client_mod, "_new_in_flight", c.InFlight)
     assert pure == _redelivery(c.deliver)
     sent, log, states, _ = pure
     assert sent == 5  # the windows' room: 3 + 2
@@ -208,10 +213,12 @@ def test_deliver_twins_redeliver_message_objects_alike() -> None:
 def test_the_selected_twins_are_the_compiled_ones_unless_pure_python() -> None:
     c = in_use(DELIVERY)
     if c is None:
+        assert type(ClientState(1, print).in_flight) is dict
         assert channel_mod._deliver is channel_mod.py_deliver
         assert guid._render_ids is guid.py_render_ids
         assert topic_mod._fresh_entries is message.fresh_entries
         return
+    assert type(ClientState(1, print).in_flight) is c.InFlight
     assert channel_mod._deliver is c.deliver
     assert channel_mod._fill_window is c.fill
     assert channel_mod._finish_batch is c.finish_many

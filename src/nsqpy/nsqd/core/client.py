@@ -6,9 +6,10 @@ function that frames a delivered message into the connection's output buffer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Final, Protocol
 
+from nsqpy._internal.compiled import load
 from nsqpy.nsqd.core.message import Message
 
 # nsqd's client states; the numbers appear in /stats as "state".
@@ -66,7 +67,7 @@ class ClientState:
         self.connect_ts = connect_ts
         self.state: int = STATE_INIT
         self.rdy = 0
-        self.in_flight: dict[bytes, Message] = {}
+        self.in_flight: MutableMapping[bytes, Message] = _new_in_flight()
         self.capped: set[bytes] = set()
         self.in_ready = False  # queued in its channel's ready deque
         self.writable = True  # False while the transport's write buffer is over its mark
@@ -116,3 +117,9 @@ def _one_by_one(write: Callable[[Message], None]) -> Callable[[list[Message]], N
             write(msg)
 
     return write_all
+
+
+# The compiled core's table of in-flight messages (``_cdelivery.InFlight``), or its twin,
+# the dict: one per client, made here so that every ClientState has the same kind.
+_c = load("nsqpy.nsqd.core._cdelivery")
+_new_in_flight: Callable[[], MutableMapping[bytes, Message]] = dict if _c is None else _c.InFlight
