@@ -327,7 +327,7 @@ cdef class InFlight:
     at the oldest entry, without a probe. ``finish_many`` also asks the CPU ahead for the
     messages a run of FINs is about to release, delivered ~RDY messages earlier and long
     out of its caches (``prefetch``, ``ahead``). With RDY 2,500 under NSQ's PUB+SUB bench,
-    +4 to +16 % (docs/performance.md, sixteenth pass).
+    +2 to +16 % on the mean of six A/Bs (docs/performance.md, sixteenth pass).
 
     As with a dict: iteration, ``keys()``, ``values()`` and ``items()`` go in insertion
     order, and setting a present id keeps its place. Unlike it, those four return lists
