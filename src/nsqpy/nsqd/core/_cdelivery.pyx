@@ -523,21 +523,22 @@ cdef class InFlight:
         self._rebuild(8)
         del held
 
-    def values(self):
+    cdef list _live(self, bint ids):
+        """The live entries' ids (``ids``) or messages, oldest first."""
         cdef list out = []
+        cdef nsqpy_entry* e
         cdef Py_ssize_t i
         for i in range(self.first, self.used):
-            if self.entries[i].value != NULL:
-                out.append(<object>self.entries[i].value)
+            e = &self.entries[i]
+            if e.value != NULL:
+                out.append(PyBytes_FromStringAndSize(<char*>&e.k0, 16) if ids else <object>e.value)
         return out
 
+    def values(self):
+        return self._live(False)
+
     def keys(self):
-        cdef list out = []
-        cdef Py_ssize_t i
-        for i in range(self.first, self.used):
-            if self.entries[i].value != NULL:
-                out.append(PyBytes_FromStringAndSize(<char*>&self.entries[i].k0, 16))
-        return out
+        return self._live(True)
 
     def items(self):
         return list(zip(self.keys(), self.values()))
