@@ -8,7 +8,8 @@ expectation of NSQ v1.3.0 that nsqpy breaks.
 - gnsq's suite comes with its sdist, which ``make`` downloads (the same version as the peer
   in pyproject.toml) into ``<venv>/upstream``;
 - nsqjs's suite comes with its npm package, and ``tests/peers/nsqjs`` installs the tools it
-  runs with (mocha, should, sinon, ...).
+  runs with (mocha, should, sinon, ...). Its four unit tests of its own Message timers are
+  left out (``NSQJS_NOT_OURS``): no daemon takes part in them.
 
 pynsq's sdist ships no tests and go-nsq needs a Go module cache, so those two suites are run
 by hand from their repositories (docs/nsqd.md, "Clients' own test suites").
@@ -30,6 +31,10 @@ GNSQ = "gnsq-1.0.2"
 NSQJS = Path(__file__).resolve().parent.parent / "peers" / "nsqjs" / "node_modules"
 #: Longer than either suite takes (~12 s each here), shorter than the test's own timeout.
 SUITE_TIMEOUT = 100
+#: nsqjs's unit tests of its own Message timers (``test/message_test.js``): no daemon takes
+#: part, and with 5 ms between a touch and the timeout one fails when the loaded machine
+#: runs node's timers late (a CI run here), leaving a timer that fails the next test too.
+NSQJS_NOT_OURS = "^Message timeout "
 
 
 @pytest.fixture(params=["memory", "durable"])
@@ -87,4 +92,5 @@ def test_nsqjs_suite(daemons_path: str) -> None:
     package = NSQJS / "nsqjs"
     if not (mocha.exists() and (package / "test").is_dir()):
         pytest.skip("nsqjs and mocha are not installed (tests/peers/nsqjs: npm install)")
-    run_suite(["node", str(mocha), "-R", "dot"], package, {"PATH": daemons_path})
+    skip = ["--grep", NSQJS_NOT_OURS, "--invert"]
+    run_suite(["node", str(mocha), "-R", "dot", *skip], package, {"PATH": daemons_path})
