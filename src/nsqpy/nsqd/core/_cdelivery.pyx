@@ -479,20 +479,24 @@ cdef class InFlight:
         cdef Py_ssize_t i = self.first + k
         return self.entries[i].value if i < self.used else NULL
 
+    cdef PyObject* _get(self, object key) noexcept:
+        """The id's message (borrowed), or NULL if it is not here."""
+        cdef uint64_t k0, k1
+        cdef Py_ssize_t slot = self._find(k0, k1, NULL) if _split(key, &k0, &k1) else -1
+        return NULL if slot < 0 else self.entries[self.index[slot]].value
+
     # -- the dict API ------------------------------------------------------------------
     def __len__(self):
         return self.live
 
     def __contains__(self, key):
-        cdef uint64_t k0, k1
-        return _split(key, &k0, &k1) and self._find(k0, k1, NULL) >= 0
+        return self._get(key) != NULL
 
     def __getitem__(self, key):
-        cdef uint64_t k0, k1
-        cdef Py_ssize_t slot = self._find(k0, k1, NULL) if _split(key, &k0, &k1) else -1
-        if slot < 0:
+        cdef PyObject* value = self._get(key)
+        if value == NULL:
             raise KeyError(key)
-        return <object>self.entries[self.index[slot]].value
+        return <object>value
 
     def __setitem__(self, key, value):
         self.set(key, value)
@@ -502,9 +506,8 @@ cdef class InFlight:
             raise KeyError(key)
 
     def get(self, key, default=None):
-        cdef uint64_t k0, k1
-        cdef Py_ssize_t slot = self._find(k0, k1, NULL) if _split(key, &k0, &k1) else -1
-        return default if slot < 0 else <object>self.entries[self.index[slot]].value
+        cdef PyObject* value = self._get(key)
+        return default if value == NULL else <object>value
 
     def pop(self, key, *default):
         value = self.take(key)
