@@ -174,8 +174,11 @@ def test_channel_loops_twins_do_the_same(monkeypatch: pytest.MonkeyPatch) -> Non
         monkeypatch.setattr(channel_mod, name, fn)
     monkeypatch.setattr(client_mod, "_new_in_flight", c.InFlight)
     fast = _scenario()
+    monkeypatch.setattr(client_mod, "_new_in_flight", dict)  # the loops take any mapping
+    fast_on_dicts = _scenario()
     assert sum(1 for e in pure if e[0] == "write") > 25  # the scenario did deliver
     assert fast == pure
+    assert fast_on_dicts == pure
 
 
 def _redelivery(deliver: Any) -> list[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
@@ -157,8 +158,6 @@ def test_every_value_is_released() -> None:
 
 
 def test_it_is_a_mutable_mapping() -> None:
-    from collections.abc import MutableMapping
-
     table = compiled(DELIVERY).InFlight()
     table[b"a" * 16] = 1
     assert isinstance(table, MutableMapping)
