@@ -24,6 +24,7 @@ from test_diskqueue import (
     AckedQueueMachine,
     Corruptions,
     drain,
+    drain_fresh,
     frame,
     meta_file,
     names,
@@ -34,13 +35,14 @@ from test_diskqueue import (
 )
 from test_persistence import BODIES, Daemons, consume, daemons, publish
 
-from nsqpy.nsqd.storage import persistence
+from nsqpy.nsqd.storage import diskqueue, persistence
 from nsqpy.nsqd.storage.diskqueue import (
     PREPARE_LEAD,
     PREPARE_PATIENCE,
     PREPARE_PAUSE,
     DiskQueue,
     PrepareJob,
+    RemoveJob,
 )
 
 __all__ = ["daemons"]  # the fixture, imported for the tests below
@@ -136,6 +138,107 @@ def test_closing_with_a_prepare_job_under_way_leaves_no_file(tmp_path: Path) -> 
     prepare(q)
     q.delete()
     assert names(tmp_path) == set()
+
+
+# -- recycled segments --------------------------------------------------------------------
+def spare(tmp_path: Path, name: str = "t") -> Path:
+    return tmp_path / f"{name}.diskqueue.spare.tmp"
+
+
+def rolled_on_to_a_prepared_segment(tmp_path: Path, **kw: Any) -> DiskQueue:
+    """Segment 0 (appended, 3 records) read to its end and segment 1 the prepared write
+    segment, no prepared file left: segment 0 is consumed once reading moves on."""
+    q = open_prepared(tmp_path, **kw)
+    q.put(records(0, 3))
+    prepare(q)
+    q.put(records(3, 1))  # rolls on to the prepared segment 1
+    assert not prepared(tmp_path).exists()
+    return q
+
+
+def test_a_consumed_segment_is_the_spare_that_the_next_preparation_zeros(tmp_path: Path) -> None:
+    q = rolled_on_to_a_prepared_segment(tmp_path)
+    inode = seg(tmp_path, 0).stat().st_ino
+    assert [q.read() is not None for _ in range(4)] == [True] * 4  # reading left segment 0
+    assert not seg(tmp_path, 0).exists()
+    assert spare(tmp_path).stat().st_ino == inode
+    assert spare(tmp_path).read_bytes() == framed(records(0, 3))  # renamed as it was
+    q.put(records(4, 2))  # segment 1 past an eighth: its successor is due
+    prepare(q)
+    assert not spare(tmp_path).exists()
+    assert prepared(tmp_path).stat().st_ino == inode  # the same blocks...
+    assert prepared(tmp_path).read_bytes() == bytes(SEGMENT)  # ...zeros to the full size
+    q.put(records(6, 30))  # fills segment 1, rolls on to the recycled file
+    assert seg(tmp_path, 2).stat().st_ino == inode
+    q.close()
+    assert not spare(tmp_path).exists() and not prepared(tmp_path).exists()
+    assert drain_fresh(tmp_path, max_bytes_per_file=SEGMENT, prepare_segments=True) == records(
+        4, 32
+    )
+    assert no_bad_files(tmp_path)
+
+
+def test_no_spare_while_a_prepared_file_or_another_spare_exists(tmp_path: Path) -> None:
+    q = rolled_on_to_a_prepared_segment(tmp_path)
+    q.put(records(4, 2))
+    prepare(q)  # a new file: there is no spare yet
+    for _ in range(6):
+        assert q.read() is not None
+    assert not seg(tmp_path, 0).exists() and not spare(tmp_path).exists()  # deleted
+    q.close()
+    (tmp_path / "b").mkdir()
+    q = rolled_on_to_a_prepared_segment(tmp_path / "b")
+    spare(tmp_path / "b").write_bytes(b"x")
+    for _ in range(4):
+        assert q.read() is not None
+    assert not seg(tmp_path / "b", 0).exists()
+    assert spare(tmp_path / "b").read_bytes() == b"x"  # one spare at most
+    q.close()
+
+
+def test_a_spare_longer_than_a_segment_is_cut_and_zeroed(tmp_path: Path) -> None:
+    q = open_prepared(tmp_path)
+    q.put(records(0, 3))
+    spare(tmp_path).write_bytes(b"\xff" * (SEGMENT * 3))
+    prepare(q)
+    assert prepared(tmp_path).read_bytes() == bytes(SEGMENT)
+    assert not spare(tmp_path).exists()
+    q.close()
+
+
+def test_a_spare_goes_on_close_and_a_stale_one_on_open(tmp_path: Path) -> None:
+    q = rolled_on_to_a_prepared_segment(tmp_path)
+    for _ in range(4):
+        assert q.read() is not None
+    assert spare(tmp_path).exists()
+    q.close()
+    assert not spare(tmp_path).exists()
+    spare(tmp_path).write_bytes(b"left by a crash")
+    q = open_prepared(tmp_path)
+    assert not spare(tmp_path).exists()
+    q.delete()
+    assert names(tmp_path) == set()
+
+
+def test_a_removal_run_after_close_deletes(tmp_path: Path) -> None:
+    jobs: list[RemoveJob] = []
+    q = rolled_on_to_a_prepared_segment(tmp_path, remove_later=jobs.append)
+    for _ in range(4):
+        assert q.read() is not None
+    assert len(jobs) == 1 and seg(tmp_path, 0).exists()  # not run yet
+    q.close()
+    jobs[0].run()
+    assert not seg(tmp_path, 0).exists() and not spare(tmp_path).exists()
+
+
+def test_disk_mode_queues_delete_consumed_segments(tmp_path: Path) -> None:
+    q = open_q(tmp_path, max_bytes_per_file=SEGMENT)
+    q.put(records(0, 25))
+    for _ in range(20):
+        assert q.read() is not None
+    assert not seg(tmp_path, 0).exists()
+    assert not spare(tmp_path).exists()
+    q.close()
 
 
 STEP = 1 << 20  # a prepare job writes (and syncs) its zeros a MiB at a time
@@ -422,6 +525,44 @@ async def test_durable_daemon_prepares_segments_and_leaves_exact_ones(daemons: D
     assert total == 300
     nsqd = await daemons.start(durable=True, max_bytes_per_file=4096)
     assert await consume(nsqd, "t", "c", 300) == BODIES
+
+
+async def test_a_durable_daemon_prepares_over_consumed_segments(
+    daemons: Daemons, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Published and consumed in rounds: consumed segments become the spare on the files
+    thread, and a later preparation opens that spare; nothing is lost or replayed."""
+    kept: list[str] = []  # the threads a consumed segment was kept as the spare on
+    opened: list[bool] = []  # per preparation: whether it found a spare to reuse
+    keep, open_ = diskqueue.Recycling.keep, PrepareJob._open
+
+    def spy_keep(self: diskqueue.Recycling, path: str) -> bool:
+        if result := keep(self, path):
+            kept.append(threading.current_thread().name)
+        return result
+
+    def spy_open(self: PrepareJob) -> int:
+        opened.append(self._spare is not None and os.path.exists(self._spare))
+        return open_(self)
+
+    monkeypatch.setattr(diskqueue.Recycling, "keep", spy_keep)
+    monkeypatch.setattr(PrepareJob, "_open", spy_open)
+    nsqd = await daemons.start(durable=True, max_bytes_per_file=4096)
+    nsqd.broker.get_channel(nsqd.broker.get_topic("t"), "c", 0.0)
+    rounds = 0
+    while not any(opened):
+        assert rounds < 500, "no preparation reused a consumed segment"
+        bodies = [b"%d-" % rounds + body for body in BODIES[:20]]
+        await publish(nsqd, "t", bodies)
+        assert await consume(nsqd, "t", "c", 20) == bodies
+        rounds += 1
+    assert kept and {name.rsplit("_", 1)[0] for name in kept} == {"nsqd-files"}
+    await daemons.stop(nsqd)
+    data = daemons.data_path
+    assert not [p.name for p in data.iterdir() if p.name.endswith(".tmp")]
+    nsqd = await daemons.start(durable=True, max_bytes_per_file=4096)
+    await publish(nsqd, "t", BODIES[:5])
+    assert await consume(nsqd, "t", "c", 5) == BODIES[:5]  # nothing older comes back
 
 
 async def test_memory_and_disk_mode_do_not_prepare(daemons: Daemons) -> None:

@@ -10,6 +10,7 @@ Everything lives flat in ``data_path``, mode 0600::
     <meta>.<random>.tmp           metadata being written; fsynced, then renamed over the meta file
     <segment>.bad                 a segment set aside as corrupt
     <name>.diskqueue.next.tmp     durable mode: the next segment, prepared (zeros, synced)
+    <name>.diskqueue.spare.tmp    durable mode: a consumed segment kept for the next one
 
 A segment is a run of records ``[4-byte big-endian int32 length][payload]``, with no header,
 checksum or padding. A Go nsqd can read what this module writes, and the other way round.
@@ -51,6 +52,14 @@ waits, and the first write after it is ready rolls on to it early (so a queue's 
 segment, which is never prepared, ends soon after an eighth of ``max_bytes_per_file``). A
 segment rolled away from, and the write segment on a clean close, are truncated to their real
 length before their last sync, so completed segments stay exact go-diskqueue files.
+
+A durable queue recycles: a consumed segment is not deleted but renamed
+``<name>.diskqueue.spare.tmp`` when the queue has neither a spare nor a prepared next segment,
+and the next ``PrepareJob`` writes its zeros over the spare's blocks instead of a new file's.
+Those blocks are allocated and written already, so the zeros' fdatasyncs commit no journal,
+and no 100 MB segment is freed (and discarded, on a ``discard`` mount) while commits wait for
+the disk. A spare exists only while no prepared file does, so a queue still holds at most one
+segment of disk beyond its segments; both ``.tmp`` files go on close and on open.
 
 With ``track_acks`` a record read is only gone once ``finish(token)`` is called. The metadata
 then records the start of the oldest unfinished record as the read position (and counts
@@ -280,11 +289,19 @@ class PrepareJob:
     while other jobs wait for its thread, once the queue is closed, and ``PREPARE_PATIENCE``
     after it started. ``clock`` and ``sleep`` are there for tests."""
 
-    def __init__(self, path: str, size: int, fence: _Fence, pace: Pace | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        size: int,
+        fence: _Fence,
+        pace: Pace | None = None,
+        spare: str | None = None,
+    ) -> None:
         self.path = path
         self.size = size
         self._fence = fence
         self._pace = pace
+        self._spare = spare
         self.completed = False
         self.clock: Callable[[], float] = time.monotonic
         self.sleep: Callable[[float], None] = time.sleep
@@ -296,8 +313,9 @@ class PrepareJob:
             if fence.closed:
                 return
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                fd = self._open()
             except OSError as exc:
+                _unlink_quietly(self.path)
                 raise DiskQueueError(f"failed to prepare {self.path} - {exc}") from exc
         try:
             self._fill(fd)
@@ -308,6 +326,25 @@ class PrepareJob:
         finally:
             os.close(fd)
         self.completed = self._keep()
+
+    def _open(self) -> int:
+        """The queue's spare renamed into place, cut to ``size`` if longer (the zeros go over
+        its old records), else a new file."""
+        if self._spare is not None:
+            try:
+                os.rename(self._spare, self.path)
+            except FileNotFoundError:
+                pass
+            else:
+                fd = os.open(self.path, os.O_WRONLY)
+                try:
+                    if os.fstat(fd).st_size > self.size:
+                        os.ftruncate(fd, self.size)
+                except OSError:
+                    os.close(fd)
+                    raise
+                return fd
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 
     def _fill(self, fd: int) -> None:
         zeros = memoryview(_ZEROS)
@@ -339,21 +376,51 @@ class PrepareJob:
         return True
 
 
-class RemoveJob:
-    """A consumed segment's deletion, to ``run()`` on a worker thread (``remove_later``).
-    Under the fence's lock, and not at all once the queue was deleted: ``delete`` removed
-    every segment itself, and a new queue of the same name may reuse this file's name."""
+class Recycling(NamedTuple):
+    """Where a durable queue keeps a consumed segment for its next preparation."""
 
-    def __init__(self, path: str, fence: _Fence, log: logging.Logger, name: str) -> None:
+    spare: str  # <name>.diskqueue.spare.tmp
+    prepared: str  # <name>.diskqueue.next.tmp: while it exists, no spare is kept
+
+    def keep(self, path: str) -> bool:
+        """Make the consumed segment ``path`` the spare if there is room for one."""
+        if os.path.exists(self.spare) or os.path.exists(self.prepared):
+            return False
+        try:
+            os.rename(path, self.spare)
+        except OSError:
+            return False  # deleted instead
+        return True
+
+
+class RemoveJob:
+    """A consumed segment's deletion, to ``run()`` on a worker thread (``remove_later``), or
+    with ``recycling`` its keeping as the spare when there is room. Under the fence's lock,
+    and not at all once the queue was deleted: ``delete`` removed every segment itself, and a
+    new queue of the same name may reuse this file's name."""
+
+    def __init__(
+        self,
+        path: str,
+        fence: _Fence,
+        log: logging.Logger,
+        name: str,
+        recycling: Recycling | None = None,
+    ) -> None:
         self.path = path
         self._fence = fence
         self._log = log
         self._name = name
+        self._recycling = recycling
 
     def run(self) -> None:
         with self._fence.lock:
-            if not self._fence.deleted:
-                _remove_logged(self.path, self._log, self._name)
+            if self._fence.deleted:
+                return
+            recycling = self._recycling
+            if recycling is not None and not self._fence.closed and recycling.keep(self.path):
+                return
+            _remove_logged(self.path, self._log, self._name)
 
 
 def _remove_logged(path: str, log: logging.Logger, name: str) -> None:
@@ -528,6 +595,10 @@ class DiskQueue:
         self._segment_re = re.compile(re.escape(name) + r"\.diskqueue\.(\d{6,})\.dat")
         self.prepare_segments = prepare_segments
         self._prepared_path = os.path.join(data_path, f"{name}.diskqueue.next.tmp")
+        self._spare_path = os.path.join(data_path, f"{name}.diskqueue.spare.tmp")
+        self._recycling = (
+            Recycling(self._spare_path, self._prepared_path) if prepare_segments else None
+        )
         self._prepare_size = min(max_bytes_per_file, PREPARE_MAX)
         # the next segment is prepared once the write segment holds this much: a queue that
         # holds little never gets a prepared file
@@ -571,7 +642,7 @@ class DiskQueue:
     def _segments(self, clean_tmp: bool = False) -> list[int]:
         """Numbers of this queue's segments present (and stale metadata temp files go)."""
         tmp_prefix = os.path.basename(self._meta_path) + "."
-        prepared = os.path.basename(self._prepared_path)
+        stale = {os.path.basename(self._prepared_path), os.path.basename(self._spare_path)}
         segments = []
         with os.scandir(self.data_path) as entries:
             for entry in entries:
@@ -580,7 +651,7 @@ class DiskQueue:
                     segments.append(int(match.group(1)))
                 elif clean_tmp and (
                     (entry.name.startswith(tmp_prefix) and entry.name.endswith(".tmp"))
-                    or entry.name == prepared  # its preparation may not have finished
+                    or entry.name in stale  # a preparation may not have finished
                 ):
                     _unlink_quietly(entry.path)
         return sorted(segments)
@@ -1175,12 +1246,14 @@ class DiskQueue:
         _remove_logged(self._segment_path(num), self._log, self.name)
 
     def _remove_consumed(self, num: int) -> None:
-        """Delete a segment both cursors have passed, on ``remove_later``'s thread if any."""
+        """Delete (or keep as the spare) a segment both cursors have passed, on
+        ``remove_later``'s thread if any."""
+        path = self._segment_path(num)
+        job = RemoveJob(path, self._fence, self._log, self.name, self._recycling)
         if self._remove_later is None:
-            self._remove_segment(num)
+            job.run()
         else:
-            path = self._segment_path(num)
-            self._remove_later(RemoveJob(path, self._fence, self._log, self.name))
+            self._remove_later(job)
 
     # -- syncing -----------------------------------------------------------------------
     @property
@@ -1319,7 +1392,9 @@ class DiskQueue:
         pace = None
         if others_waiting is not None:
             pace = Pace(self._writer_at, self.max_bytes_per_file, others_waiting)
-        return PrepareJob(self._prepared_path, self._prepare_size, self._fence, pace)
+        return PrepareJob(
+            self._prepared_path, self._prepare_size, self._fence, pace, self._spare_path
+        )
 
     def _writer_at(self) -> tuple[int, int, bool]:
         """``Pace.writer``: called from a prepare job's thread."""
@@ -1387,6 +1462,7 @@ class DiskQueue:
             self._fence.closed = True
             if self.prepare_segments:
                 _unlink_quietly(self._prepared_path)
+                _unlink_quietly(self._spare_path)
         self._drop_reader()
         self._drop_write_fd()
         rolled, self._rolled = self._rolled, []
