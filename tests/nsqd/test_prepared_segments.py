@@ -146,8 +146,8 @@ def spare(tmp_path: Path, name: str = "t") -> Path:
 
 
 def rolled_on_to_a_prepared_segment(tmp_path: Path, **kw: Any) -> DiskQueue:
-    """Segment 0 (appended, 3 records) read to its end and segment 1 the prepared write
-    segment, no prepared file left: segment 0 is consumed once reading moves on."""
+    """Segment 0 (appended, 3 records) rolled away from, segment 1 the prepared write
+    segment, and no prepared file left: reading past record 2 consumes segment 0."""
     q = open_prepared(tmp_path, **kw)
     q.put(records(0, 3))
     prepare(q)
