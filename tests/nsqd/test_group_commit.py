@@ -10,6 +10,7 @@ import asyncio
 import errno
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,7 @@ async def start(
     *,
     sync_timeout: float = 60.0,
     position_gap: float = persistence.POSITION_GAP,
+    commit_linger: float = 0.0,
 ) -> tuple[persistence.DiskStore, DiskQueue, list[str]]:
     store = persistence.DiskStore(
         asyncio.get_running_loop(),
@@ -80,6 +82,7 @@ async def start(
         durable=True,
         set_health=lambda _: None,
         position_gap=position_gap,
+        commit_linger=commit_linger,
     )
     return store, store.open_queue("t"), []
 
@@ -292,3 +295,128 @@ async def test_a_commit_answered_during_the_loop_turn_is_taken_at_the_end_of_a_r
         assert await publisher.response() == b"OK"
     finally:  # watched again, so that the daemon's stop can take the answers
         workers.loop.add_reader(workers._done_r, workers.read_answers)
+
+
+# -- the commit linger (storage.linger) -----------------------------------------------------------
+
+
+async def test_a_commit_waits_for_a_publisher_due_back_and_covers_both(
+    tmp_path: Path, gates: Gates
+) -> None:
+    """Publisher 2 was just answered: a's commit waits for it (the linger is long, so only
+    its write can end the wait), and one round answers both."""
+    store, queue, answers = await start(tmp_path, commit_linger=60.0)
+    store.publisher_answered(2, store.loop.time())
+    publish(store, queue, answers, "a")
+    assert not store._rounds and store._linger_timer is not None  # waiting for 2
+    store.publisher_heard(2)
+    publish(store, queue, answers, "b")
+    await wait_for(lambda: gates.started == 1)
+    gates.gates[0].set()
+    await wait_for(lambda: len(answers) == 2)
+    assert answers == ["a:True", "b:True"]
+    assert gates.started == 1  # one round for both
+    assert store._linger_timer is None
+    await store.close([queue])
+
+
+async def test_a_commit_waits_no_longer_than_the_linger(tmp_path: Path, gates: Gates) -> None:
+    store, queue, answers = await start(tmp_path, commit_linger=0.05)
+    store.publisher_answered(2, store.loop.time())
+    publish(store, queue, answers, "a")
+    started = store.loop.time()
+    assert gates.started == 0 and store._linger_timer is not None
+    await wait_for(lambda: gates.started == 1)  # 2 never came
+    assert store.loop.time() - started >= 0.05 * 0.9  # the loop's timer may fire a bit early
+    gates.gates[0].set()
+    await wait_for(lambda: answers == ["a:True"])
+    await store.close([queue])
+
+
+async def test_a_write_nobody_waits_for_is_committed_after_the_linger(
+    tmp_path: Path, gates: Gates
+) -> None:
+    store, queue, _ = await start(tmp_path, commit_linger=0.02)
+    store.publisher_answered(2, store.loop.time())
+    queue.put([b"r".ljust(40, b".")])  # a write with no publisher waiting for it
+    store.wrote(queue)
+    assert gates.started == 0
+    await wait_for(lambda: gates.started == 1)
+    gates.gates[0].set()
+    await wait_for(lambda: store._rounds == deque())
+    await store.close([queue])
+
+
+async def test_nobody_due_back_no_wait(tmp_path: Path, gates: Gates) -> None:
+    """A lone publisher, or one answered longer ago than the window, is not waited for."""
+    store, queue, answers = await start(tmp_path, commit_linger=60.0)
+    store.publisher_answered(2, store.loop.time() - 1.0)  # went quiet a second ago
+    publish(store, queue, answers, "a")
+    await wait_for(lambda: gates.started == 1)
+    assert store._linger_timer is None
+    gates.gates[0].set()
+    await wait_for(lambda: answers == ["a:True"])
+    await store.close([queue])
+
+
+async def test_close_commits_what_the_linger_held(tmp_path: Path, gates: Gates) -> None:
+    store, queue, answers = await start(tmp_path, commit_linger=60.0)
+    store.publisher_answered(2, store.loop.time())
+    publish(store, queue, answers, "a")
+    assert gates.started == 0
+    gates.gates[0].set()
+    await store.close([queue])
+    assert answers == ["a:True"]  # committed, not failed as a publish after close would be
+
+
+async def test_the_linger_is_durable_modes_only(tmp_path: Path) -> None:
+    store = persistence.DiskStore(
+        asyncio.get_running_loop(),
+        str(tmp_path),
+        max_bytes_per_file=1 << 20,
+        max_msg_size=1024,
+        sync_every=1000,
+        sync_timeout=60.0,
+        durable=False,
+        set_health=lambda _: None,
+        commit_linger=60.0,
+    )
+    store.publisher_answered(2, store.loop.time())
+    assert not store._linger.expected(store.loop.time())
+    await store.close([])
+
+
+async def test_a_durable_publisher_is_waited_for_between_its_ok_and_its_next_command(
+    nsqd_factory: NsqdFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The TCP adapter tells the store when a publisher got its OK and when it spoke again
+    (or went away): that is what the linger waits on."""
+    calls: list[tuple[str, int]] = []
+    answered = persistence.DiskStore.publisher_answered
+    heard = persistence.DiskStore.publisher_heard
+
+    def spy_answered(self: persistence.DiskStore, key: int, now: float) -> None:
+        calls.append(("answered", key))
+        answered(self, key, now)
+
+    def spy_heard(self: persistence.DiskStore, key: int) -> None:
+        calls.append(("heard", key))
+        heard(self, key)
+
+    monkeypatch.setattr(persistence.DiskStore, "publisher_answered", spy_answered)
+    monkeypatch.setattr(persistence.DiskStore, "publisher_heard", spy_heard)
+    nsqd = await nsqd_factory(durable=True)
+    conn = await RawV2.connect(nsqd.tcp_port)
+    conn.cmd("PUB t", b"a")
+    assert await conn.response() == b"OK"
+    await wait_for(lambda: calls == [("answered", calls[0][1])])
+    key = calls[0][1]
+    assert key in nsqd.store._linger._answered
+    conn.cmd("NOP")
+    await wait_for(lambda: calls[1:] == [("heard", key)])
+    assert key not in nsqd.store._linger._answered
+    conn.cmd("PUB t", b"b")
+    assert await conn.response() == b"OK"
+    await wait_for(lambda: calls[2:] == [("answered", key)])
+    await conn.close()
+    await wait_for(lambda: calls[3:] == [("heard", key)])  # gone: not waited for

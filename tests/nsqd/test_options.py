@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nsqpy import __version__
-from nsqpy._internal.duration import HOUR, MILLISECOND, MINUTE, SECOND
+from nsqpy._internal.duration import HOUR, MICROSECOND, MILLISECOND, MINUTE, SECOND
 from nsqpy.nsqd.core.policy import NodeDefaults
 from nsqpy.nsqd.options import (
     CFG_NAMES,
@@ -53,6 +53,7 @@ EXPECTED_DEFAULTS: dict[str, object] = {
     "sync_every": 2500,
     "sync_timeout": 2 * SECOND,
     "durable": False,  # nsqpy's own
+    "commit_linger": 600 * MICROSECOND,  # nsqpy's own (issue 21)
     "http_auth_required": False,  # nsqpy's own (nsq#1183)
     "http_allowed_origins": [],  # nsqpy's own: web origins whose pages may change state
     "queue_scan_worker_pool_max": 4,
@@ -164,9 +165,9 @@ def test_cfg_names() -> None:
     }
     assert fields | {"id", "broadcast_address"} == CFG_NAMES
     # nsqd v1.3.0's 49; nsqpy's durable, http_auth_required, http_allowed_origins, the three
-    # alert_* keys, max_defer_timeout, max_attempts, message_ttl, dead_letter_suffix and
-    # lease_ttl
-    assert len(CFG_NAMES) == 60
+    # alert_* keys, max_defer_timeout, max_attempts, message_ttl, dead_letter_suffix,
+    # lease_ttl and commit_linger
+    assert len(CFG_NAMES) == 61
 
 
 # --- command line -----------------------------------------------------------------------------
@@ -675,6 +676,7 @@ def test_dead_letter_settings_from_a_config_file(tmp_path: Path) -> None:
         (["--max-attempts=65536"], "failed to instantiate nsqd - --max-attempts must be [0,65535]"),
         (["--message-ttl=-1s"], "failed to instantiate nsqd - --message-ttl must be >= 0"),
         (["--lease-ttl=0s"], "failed to instantiate nsqd - --lease-ttl must be > 0"),
+        (["--commit-linger=-1us"], "failed to instantiate nsqd - --commit-linger must be >= 0"),
         (
             ["--max-defer-timeout=-1s"],
             "failed to instantiate nsqd - --max-defer-timeout must be >= 0",

@@ -79,6 +79,7 @@ class NSQD:
             sync_timeout=opts.sync_timeout / 1e9,
             durable=opts.durable,
             set_health=self._set_health,
+            commit_linger=opts.commit_linger / 1e9,
         )
         self.broker = Broker(
             BrokerConfig(

@@ -25,7 +25,14 @@ from nsqpy._internal.daemon_options import (
     resolve_into,
     version_line,
 )
-from nsqpy._internal.duration import HOUR, MILLISECOND, MINUTE, SECOND, parse_go_duration
+from nsqpy._internal.duration import (
+    HOUR,
+    MICROSECOND,
+    MILLISECOND,
+    MINUTE,
+    SECOND,
+    parse_go_duration,
+)
 from nsqpy._internal.goflag import (
     FlagKind,
     FlagSet,
@@ -143,6 +150,8 @@ class NsqdOptions:
     sync_timeout: int = 2 * SECOND
     #: nsqpy only: OK a publish once it is fsynced, keep each message on disk until FIN.
     durable: bool = False
+    #: nsqpy only, with --durable: how long a commit may wait for publishers due back.
+    commit_linger: int = 600 * MICROSECOND
     queue_scan_worker_pool_max: int = 4
     queue_scan_selection_count: int = 20
     # messages and commands
@@ -331,6 +340,12 @@ def _add_queue_flags(fs: FlagSet, d: NsqdOptions) -> None:
         "(nsqpy) answer PUB/MPUB/DPUB only once the messages are fsynced (group commit) and "
         "keep every message on disk until it is FINished, so a crash loses no acknowledged "
         "message",
+    )
+    fs.add_duration(
+        "commit-linger",
+        d.commit_linger,
+        "(nsqpy) with --durable: how long a group commit may wait for publishers that were "
+        "just answered to publish again, so that one fsync covers them (0 to never wait)",
     )
     fs.add_int(
         "queue-scan-worker-pool-max",
@@ -653,6 +668,8 @@ def validate_dead_letters(opts: NsqdOptions) -> None:
         raise OptionsError("--message-ttl must be >= 0")
     if opts.lease_ttl <= 0:
         raise OptionsError("--lease-ttl must be > 0")
+    if opts.commit_linger < 0:
+        raise OptionsError("--commit-linger must be >= 0")
     try:
         policy.check_suffix(opts.dead_letter_suffix)
     except ValueError as err:

@@ -78,6 +78,15 @@ class DiskHooks:
         """Take the commits completed since the last look (a disk store's fsync answers)."""
         return None
 
+    def publisher_answered(self, key: int, now: float) -> None:
+        """Publisher ``key`` got its commit's reply at ``now`` and may publish again soon (a
+        durable store's commits may wait a moment for it: ``storage.linger``)."""
+        return None
+
+    def publisher_heard(self, key: int) -> None:
+        """Publisher ``key`` sent something, or went away, since ``publisher_answered``."""
+        return None
+
     def write_failed(self, error: Exception) -> None:
         return None
 

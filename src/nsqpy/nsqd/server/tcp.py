@@ -126,6 +126,8 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         # of PUB+SUB over 100 topics, where reads are small and many.
         store = nsqd.store
         self._poll_commits = store.poll_commits if store.durable else None
+        # Durable mode: answered a publish, and not heard from since (the commit linger).
+        self._answered = False
         # read_batching: a busy consumer's commands are read a mark's worth at a time.
         self._batcher = nsqd.read_batcher
         self._sock: socket.socket | None = None  # TCP only; the mark means nothing elsewhere
@@ -174,6 +176,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._answered:
+            self._answered = False
+            self.nsqd.store.publisher_heard(self.state.id)  # a commit need not wait for it
         now = self.loop.time()
         self._last_read = now
         if self.lowat_want:
@@ -264,6 +269,9 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             return
         self._lost = True
         self._closing = True
+        if self._answered:
+            self._answered = False
+            self.nsqd.store.publisher_heard(self.state.id)
         if self._task is not None:
             self._task.cancel()
         for timer in (self._heartbeat_timer, self._deadline_timer):
@@ -400,8 +408,13 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             return
         self._held = None
         self.flush()
-        if self._closing and self.transport is not None:
-            self.transport.close()
+        if self._closing:
+            if self.transport is not None:
+                self.transport.close()
+        elif released and not self._answered:
+            # its next publish is due: a commit that could start now may wait for it
+            self._answered = True
+            self.nsqd.store.publisher_answered(self.state.id, self.loop.time())
 
     def request_flush(self) -> None:
         """Flush at the next loop iteration, with every other connection that has output."""

@@ -24,7 +24,11 @@ a queue has been written (the publisher, which hands its messages to consumers b
 for its commit, then joins that round: ``after_commit`` joins the newest round when nothing was
 written since it started), or from ``after_commit``. Waiting for the end of the loop iteration
 cost a publisher ~100 us, and starting only from ``after_commit`` another ~100 us of delivery
-work. The positions (``--sync-every``, ``--sync-timeout``) go to a lane of their own, one
+work. The one wait it makes is the commit linger (``linger.CommitLinger``, ``--commit-linger``):
+while a publisher that was just answered has not sent again, a round that could start waits
+for it, up to the linger, so that one fdatasync covers both publishes.
+
+The positions (``--sync-every``, ``--sync-timeout``) go to a lane of their own, one
 ``position_job`` round at a time on a third thread that nobody waits for: in a commit round
 they cost the publishers of that round, and of the rounds answered after it, a metadata write
 with its own fsync and rename (1-4 ms on a busy disk) every few MPUBs. Positions only decide
@@ -70,6 +74,7 @@ from nsqpy.nsqd.storage.diskqueue import (
     SyncJob,
 )
 from nsqpy.nsqd.storage.fsyncers import Fsyncers, dir_entry
+from nsqpy.nsqd.storage.linger import CommitLinger
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -116,6 +121,7 @@ class DiskStore(DiskHooks):
         durable: bool,
         set_health: Callable[[str], None],
         position_gap: float = POSITION_GAP,
+        commit_linger: float = 0.0,
     ) -> None:
         self.loop = loop
         self.data_path = data_path
@@ -127,6 +133,9 @@ class DiskStore(DiskHooks):
         self.durable = durable
         self.set_health = set_health
         self.position_gap = position_gap
+        # durable: publishers just answered, whom a commit that could start waits for
+        self._linger = CommitLinger(commit_linger if durable else 0.0)
+        self._linger_timer: asyncio.TimerHandle | None = None  # starts the round it held
         # durable mode: commits on GIL-free fsync workers, positions on a lane of their own;
         # otherwise rounds of full sync jobs on Python threads
         self._threads = None if durable else _SyncThreads(loop, ROUNDS_IN_FLIGHT, "nsqd-sync")
@@ -181,7 +190,7 @@ class DiskStore(DiskHooks):
             self._written[id(backend)] = backend
             if backend.needs_prepare and not self._closed:
                 self._prepare(backend)
-            if self._busy < ROUNDS_IN_FLIGHT and not self._closed:
+            if self._may_start():
                 # sync it now: its publisher joins this round (after_commit) once it has
                 # handed the messages to consumers, instead of starting one after that
                 self._commit_round()
@@ -212,8 +221,38 @@ class DiskStore(DiskHooks):
             self._rounds[-1].waiting.append(callback)
             return
         self._waiting.append(callback)
-        if self.durable and self._busy < ROUNDS_IN_FLIGHT and not self._closed:
+        if not self.durable:
+            self._kick()
+        elif self._may_start():
             self._commit_round()  # what it waits for is written: start now (module docstring)
+        elif self._linger_timer is None:
+            self._kick()
+
+    def publisher_answered(self, key: int, now: float) -> None:
+        self._linger.answered(key, now)
+
+    def publisher_heard(self, key: int) -> None:
+        self._linger.heard(key)
+
+    def _may_start(self) -> bool:
+        """Durable mode: whether a commit round may start now. Not while every fsync thread
+        is busy or once closed; nor, for up to the linger, while a publisher that was just
+        answered has not sent again (``CommitLinger``): a timer set here starts the round
+        then, unless that publisher's write or a finished round starts it first."""
+        if self._busy >= ROUNDS_IN_FLIGHT or self._closed:
+            return False
+        linger = self._linger
+        if linger.linger <= 0 or not linger.expected(self.loop.time()):
+            return True
+        if self._linger_timer is None:
+            self._linger_timer = self.loop.call_later(linger.linger, self._lingered)
+        return False
+
+    def _lingered(self) -> None:
+        """The linger ran out: commit what is written, for whoever waits."""
+        self._linger_timer = None
+        if self._busy < ROUNDS_IN_FLIGHT and not self._closed and (self._waiting or self._written):
+            self._commit_round()
         else:
             self._kick()
 
@@ -314,7 +353,7 @@ class DiskStore(DiskHooks):
             due = self._sync_due or self._full_due
             if due and not self._lane_busy and self._lane_open():
                 self._positions()
-            if self._waiting and self._busy < ROUNDS_IN_FLIGHT:
+            if self._waiting and self._busy < ROUNDS_IN_FLIGHT and self._linger_timer is None:
                 self._commit_round()
         self._maybe_drained()
 
@@ -352,6 +391,9 @@ class DiskStore(DiskHooks):
         whoever waits (positions are the lane's). Its fsyncs go to the GIL-free workers,
         spread over them when the round holds several queues."""
         assert self._fsyncers is not None
+        if self._linger_timer is not None:  # this round takes what the linger held
+            self._linger_timer.cancel()
+            self._linger_timer = None
         jobs: list[tuple[DiskQueue, SyncJob]] = []
         written, self._written = self._written, {}
         this = _Round(jobs, [])
@@ -462,6 +504,11 @@ class DiskStore(DiskHooks):
 
     async def close(self, queues: list[DiskQueue]) -> None:
         """Finish the sync rounds under way, then close every queue (each syncs itself)."""
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+            if self._busy < ROUNDS_IN_FLIGHT and (self._waiting or self._written):
+                self._commit_round()  # a round the linger held commits, not fails
         self._closed = True
         for timer in (self._timer, self._lane_timer):
             if timer is not None:
