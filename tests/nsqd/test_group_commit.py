@@ -87,6 +87,15 @@ async def start(
     return store, store.open_queue("t"), []
 
 
+def due_back(store: persistence.DiskStore, key: int, at: float | None = None) -> None:
+    """Publisher ``key``: once answered and back 0.1 ms later, then answered again at ``at``
+    (now by default): a quick publisher, due back."""
+    now = store.loop.time()
+    store.publisher_answered(key, now - 10.0)
+    store.publisher_heard(key, now - 10.0 + 0.0001)
+    store.publisher_answered(key, now if at is None else at)
+
+
 def publish(store: persistence.DiskStore, queue: DiskQueue, answers: list[str], name: str) -> None:
     """What a durable publish does: write, report it, wait for the commit."""
     queue.put([name.encode().ljust(40, b".")])
@@ -306,10 +315,10 @@ async def test_a_commit_waits_for_a_publisher_due_back_and_covers_both(
     """Publisher 2 was just answered: a's commit waits for it (the linger is long, so only
     its write can end the wait), and one round answers both."""
     store, queue, answers = await start(tmp_path, commit_linger=60.0)
-    store.publisher_answered(2, store.loop.time())
+    due_back(store, 2)
     publish(store, queue, answers, "a")
     assert not store._rounds and store._linger_timer is not None  # waiting for 2
-    store.publisher_heard(2)
+    store.publisher_heard(2, store.loop.time())
     publish(store, queue, answers, "b")
     await wait_for(lambda: gates.started == 1)
     gates.gates[0].set()
@@ -322,7 +331,7 @@ async def test_a_commit_waits_for_a_publisher_due_back_and_covers_both(
 
 async def test_a_commit_waits_no_longer_than_the_linger(tmp_path: Path, gates: Gates) -> None:
     store, queue, answers = await start(tmp_path, commit_linger=0.05)
-    store.publisher_answered(2, store.loop.time())
+    due_back(store, 2)
     publish(store, queue, answers, "a")
     started = store.loop.time()
     assert gates.started == 0 and store._linger_timer is not None
@@ -337,7 +346,7 @@ async def test_a_write_nobody_waits_for_is_committed_after_the_linger(
     tmp_path: Path, gates: Gates
 ) -> None:
     store, queue, _ = await start(tmp_path, commit_linger=0.02)
-    store.publisher_answered(2, store.loop.time())
+    due_back(store, 2)
     queue.put([b"r".ljust(40, b".")])  # a write with no publisher waiting for it
     store.wrote(queue)
     assert gates.started == 0
@@ -348,9 +357,9 @@ async def test_a_write_nobody_waits_for_is_committed_after_the_linger(
 
 
 async def test_nobody_due_back_no_wait(tmp_path: Path, gates: Gates) -> None:
-    """A lone publisher, or one answered longer ago than the window, is not waited for."""
+    """A lone publisher, or one that went quiet after its reply, is not waited for."""
     store, queue, answers = await start(tmp_path, commit_linger=60.0)
-    store.publisher_answered(2, store.loop.time() - 1.0)  # went quiet a second ago
+    due_back(store, 2, store.loop.time() - 1.0)  # answered a second ago: went quiet
     publish(store, queue, answers, "a")
     await wait_for(lambda: gates.started == 1)
     assert store._linger_timer is None
@@ -361,7 +370,7 @@ async def test_nobody_due_back_no_wait(tmp_path: Path, gates: Gates) -> None:
 
 async def test_close_commits_what_the_linger_held(tmp_path: Path, gates: Gates) -> None:
     store, queue, answers = await start(tmp_path, commit_linger=60.0)
-    store.publisher_answered(2, store.loop.time())
+    due_back(store, 2)
     publish(store, queue, answers, "a")
     assert gates.started == 0
     gates.gates[0].set()
@@ -381,7 +390,7 @@ async def test_the_linger_is_durable_modes_only(tmp_path: Path) -> None:
         set_health=lambda _: None,
         commit_linger=60.0,
     )
-    store.publisher_answered(2, store.loop.time())
+    due_back(store, 2)
     assert not store._linger.expected(store.loop.time())
     await store.close([])
 
@@ -394,29 +403,35 @@ async def test_a_durable_publisher_is_waited_for_between_its_ok_and_its_next_com
     calls: list[tuple[str, int]] = []
     answered = persistence.DiskStore.publisher_answered
     heard = persistence.DiskStore.publisher_heard
+    gone = persistence.DiskStore.publisher_gone
 
     def spy_answered(self: persistence.DiskStore, key: int, now: float) -> None:
         calls.append(("answered", key))
         answered(self, key, now)
 
-    def spy_heard(self: persistence.DiskStore, key: int) -> None:
+    def spy_heard(self: persistence.DiskStore, key: int, now: float) -> None:
         calls.append(("heard", key))
-        heard(self, key)
+        heard(self, key, now)
+
+    def spy_gone(self: persistence.DiskStore, key: int) -> None:
+        calls.append(("gone", key))
+        gone(self, key)
 
     monkeypatch.setattr(persistence.DiskStore, "publisher_answered", spy_answered)
     monkeypatch.setattr(persistence.DiskStore, "publisher_heard", spy_heard)
+    monkeypatch.setattr(persistence.DiskStore, "publisher_gone", spy_gone)
     nsqd = await nsqd_factory(durable=True)
     conn = await RawV2.connect(nsqd.tcp_port)
     conn.cmd("PUB t", b"a")
     assert await conn.response() == b"OK"
     await wait_for(lambda: calls == [("answered", calls[0][1])])
     key = calls[0][1]
-    assert key in nsqd.store._linger._answered
     conn.cmd("NOP")
     await wait_for(lambda: calls[1:] == [("heard", key)])
-    assert key not in nsqd.store._linger._answered
+    assert key in nsqd.store._linger._turnaround  # measured
     conn.cmd("PUB t", b"b")
     assert await conn.response() == b"OK"
     await wait_for(lambda: calls[2:] == [("answered", key)])
     await conn.close()
-    await wait_for(lambda: calls[3:] == [("heard", key)])  # gone: not waited for
+    await wait_for(lambda: calls[3:] == [("gone", key)])
+    assert key not in nsqd.store._linger._turnaround

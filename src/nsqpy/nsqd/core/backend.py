@@ -83,8 +83,12 @@ class DiskHooks:
         durable store's commits may wait a moment for it: ``storage.linger``)."""
         return None
 
-    def publisher_heard(self, key: int) -> None:
-        """Publisher ``key`` sent something, or went away, since ``publisher_answered``."""
+    def publisher_heard(self, key: int, now: float) -> None:
+        """Publisher ``key`` sent its next command at ``now``."""
+        return None
+
+    def publisher_gone(self, key: int) -> None:
+        """Publisher ``key`` disconnected."""
         return None
 
     def write_failed(self, error: Exception) -> None:

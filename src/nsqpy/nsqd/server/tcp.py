@@ -128,6 +128,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         self._poll_commits = store.poll_commits if store.durable else None
         # Durable mode: answered a publish, and not heard from since (the commit linger).
         self._answered = False
+        self._published = False  # durable mode: told the store of a reply (see connection_lost)
         # read_batching: a busy consumer's commands are read a mark's worth at a time.
         self._batcher = nsqd.read_batcher
         self._sock: socket.socket | None = None  # TCP only; the mark means nothing elsewhere
@@ -176,10 +177,10 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        now = self.loop.time()
         if self._answered:
             self._answered = False
-            self.nsqd.store.publisher_heard(self.state.id)  # a commit need not wait for it
-        now = self.loop.time()
+            self.nsqd.store.publisher_heard(self.state.id, now)  # a commit need not wait
         self._last_read = now
         if self.lowat_want:
             if not self.batched and now >= self.rest_until:
@@ -269,9 +270,8 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             return
         self._lost = True
         self._closing = True
-        if self._answered:
-            self._answered = False
-            self.nsqd.store.publisher_heard(self.state.id)
+        if self._published:
+            self.nsqd.store.publisher_gone(self.state.id)
         if self._task is not None:
             self._task.cancel()
         for timer in (self._heartbeat_timer, self._deadline_timer):
@@ -412,8 +412,8 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
         elif released and not self._answered:
-            # its next publish is due: a commit that could start now may wait for it
-            self._answered = True
+            # its next publish may be due: a commit that could start now may wait for it
+            self._answered = self._published = True
             self.nsqd.store.publisher_answered(self.state.id, self.loop.time())
 
     def request_flush(self) -> None:

@@ -25,8 +25,9 @@ for its commit, then joins that round: ``after_commit`` joins the newest round w
 written since it started), or from ``after_commit``. Waiting for the end of the loop iteration
 cost a publisher ~100 us, and starting only from ``after_commit`` another ~100 us of delivery
 work. The one wait it makes is the commit linger (``linger.CommitLinger``, ``--commit-linger``):
-while a publisher that was just answered has not sent again, a round that could start waits
-for it, up to the linger, so that one fdatasync covers both publishes.
+while a publisher that was just answered, and usually comes back quickly, has not sent again, a
+round that could start waits for it, up to the linger, so that one fdatasync covers both
+publishes.
 
 The positions (``--sync-every``, ``--sync-timeout``) go to a lane of their own, one
 ``position_job`` round at a time on a third thread that nobody waits for: in a commit round
@@ -231,8 +232,11 @@ class DiskStore(DiskHooks):
     def publisher_answered(self, key: int, now: float) -> None:
         self._linger.answered(key, now)
 
-    def publisher_heard(self, key: int) -> None:
-        self._linger.heard(key)
+    def publisher_heard(self, key: int, now: float) -> None:
+        self._linger.heard(key, now)
+
+    def publisher_gone(self, key: int) -> None:
+        self._linger.gone(key)
 
     def _may_start(self) -> bool:
         """Durable mode: whether a commit round may start now. Not while every fsync thread
