@@ -128,7 +128,6 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
         self._poll_commits = store.poll_commits if store.durable else None
         # Durable mode: answered a publish, and not heard from since (the commit linger).
         self._answered = False
-        self._published = False  # durable mode: told the store of a reply (see connection_lost)
         # read_batching: a busy consumer's commands are read a mark's worth at a time.
         self._batcher = nsqd.read_batcher
         self._sock: socket.socket | None = None  # TCP only; the mark means nothing elsewhere
@@ -270,8 +269,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
             return
         self._lost = True
         self._closing = True
-        if self._published:
-            self.nsqd.store.publisher_gone(self.state.id)
+        self.nsqd.store.publisher_gone(self.state.id)  # a no-op unless it published, durably
         if self._task is not None:
             self._task.cancel()
         for timer in (self._heartbeat_timer, self._deadline_timer):
@@ -413,7 +411,7 @@ class V2Connection(HandshakeMixin, asyncio.Protocol):
                 self.transport.close()
         elif released and not self._answered:
             # its next publish may be due: a commit that could start now may wait for it
-            self._answered = self._published = True
+            self._answered = True
             self.nsqd.store.publisher_answered(self.state.id, self.loop.time())
 
     def request_flush(self) -> None:
