@@ -18,6 +18,7 @@ by hand from their repositories (docs/nsqd.md, "Clients' own test suites").
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -53,18 +54,39 @@ def daemons_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def run_suite(cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
-    """Run a suite to its end; fail with the end of its output unless it passed."""
-    done = subprocess.run(
+    """Run a suite to its end; fail with the end of its output unless it passed.
+
+    The suite runs in a process group of its own, and whatever is left of that group when
+    it ends goes with it: a suite that hangs or fails can leave the daemons it started
+    running, on the fixed ports the next suite and the Go peers' tests listen on."""
+    with subprocess.Popen(
         cmd,
         cwd=cwd,
         env={**os.environ, **env},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=SUITE_TIMEOUT,
-    )
-    if done.returncode != 0:
-        output = done.stdout[-6000:] + done.stderr[-3000:]
-        pytest.fail(f"{cmd[0]} exited {done.returncode}:\n{output}")
+        start_new_session=True,
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=SUITE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            stdout, stderr = proc.communicate()
+            output = stdout[-6000:] + stderr[-3000:]
+            pytest.fail(f"{cmd[0]} did not end within {SUITE_TIMEOUT} s:\n{output}")
+        finally:
+            _kill_group(proc.pid)
+    if proc.returncode != 0:
+        output = stdout[-6000:] + stderr[-3000:]
+        pytest.fail(f"{cmd[0]} exited {proc.returncode}:\n{output}")
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # nothing of the group is left
 
 
 def test_gnsq_suite(daemons_path: str, tmp_path: Path) -> None:
