@@ -116,3 +116,26 @@ def test_nsqjs_suite(daemons_path: str) -> None:
         pytest.skip("nsqjs and mocha are not installed (tests/peers/nsqjs: npm install)")
     skip = ["--grep", NSQJS_NOT_OURS, "--invert"]
     run_suite(["node", str(mocha), "-R", "dot", *skip], package, {"PATH": daemons_path})
+
+
+def _running(marker: str) -> bool:
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False)
+    return found.returncode == 0
+
+
+def test_what_a_suite_leaves_running_is_killed(tmp_path: Path) -> None:
+    """A daemon a passing suite left behind (nsqjs's, after a failed hook) goes with it."""
+    marker = f"sleep 3{os.getpid() % 1000}.17"
+    run_suite(["sh", "-c", f"{marker} >/dev/null 2>&1 & echo started"], tmp_path, {})
+    assert not _running(marker)
+
+
+def test_a_suite_that_hangs_fails_with_its_output_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "SUITE_TIMEOUT", 1)
+    marker = f"sleep 3{os.getpid() % 1000}.29"
+    script = f"{marker} >/dev/null 2>&1 & echo started; {marker}"
+    with pytest.raises(pytest.fail.Exception, match="did not end within 1 s:\nstarted"):
+        run_suite(["sh", "-c", script], tmp_path, {})
+    assert not _running(marker)
