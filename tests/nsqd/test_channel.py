@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -423,6 +424,88 @@ def test_a_disk_backlog_is_delivered_in_order_exactly_once(tmp_path: Path, durab
     backend.close()
     again = CountingQueue(tmp_path, durable)
     assert again.depth == 0 and again.read() is None  # durable: every record finished on FIN
+    again.close()
+
+
+class HoldingHooks(DiskHooks):
+    """A durable store whose commit waits (as the linger makes it) until the test ends it."""
+
+    durable = True
+
+    def __init__(self) -> None:
+        self.hold = True
+        self.waiting: list[Callable[[float], None]] = []
+
+    def holding(self) -> bool:
+        return self.hold
+
+    def after_hold(self, callback: Callable[[float], None]) -> None:
+        self.waiting.append(callback)
+
+    def end_hold(self, now: float) -> None:
+        self.hold = False
+        callbacks, self.waiting = self.waiting, []
+        for callback in callbacks:
+            callback(now)
+
+
+def held_channel(tmp_path: Path) -> tuple[Channel, CountingQueue, HoldingHooks]:
+    backend, hooks = CountingQueue(tmp_path, True), HoldingHooks()
+    ch = Channel("t", "c", mem_queue_size=0, max_msg_timeout=900.0, backend=backend, hooks=hooks)
+    return ch, backend, hooks
+
+
+def test_a_durable_batch_whose_commit_is_held_goes_out_when_the_hold_ends(tmp_path: Path) -> None:
+    """While another publisher's write is awaited, the taken messages wait with the commit:
+    counted in depth, in order, handed out (with their tokens) once the hold ends."""
+    ch, backend, hooks = held_channel(tmp_path)
+    sink = subscribe(ch, 250)
+    ch.put_many([msg(n) for n in range(100)], 1.0)
+    ch.put_many([msg(n) for n in range(100, 200)], 1.0)
+    assert sink.got == [] and ch.in_flight_count == 0
+    assert ch.depth == 200 and backend.depth == 0  # taken off the disk queue, held in memory
+    assert len(hooks.waiting) == 1  # one call back for the hold, not one per batch
+    hooks.end_hold(2.0)
+    assert [m.id for m in sink.got] == [msg(n).id for n in range(200)]
+    assert all(m.deadline == 62.0 for m in sink.got)  # delivered at the hold's end
+    assert ch.depth == 0 and ch.in_flight_count == 200
+    ch.put_many([msg(200)], 3.0)  # nothing held: out at once
+    assert sink.got[-1].id == msg(200).id and not hooks.waiting
+    assert ch.finish_many(sink.state, [m.id for m in sink.got], 4.0) == []
+    backend.sync_now()
+    backend.close()
+    again = CountingQueue(tmp_path, True)
+    assert again.depth == 0  # every token finished its record
+    again.close()
+
+
+def test_a_hold_takes_no_more_than_the_window_and_the_rest_follows_in_order(
+    tmp_path: Path,
+) -> None:
+    ch, backend, hooks = held_channel(tmp_path)
+    sink = subscribe(ch, 150)
+    ch.put_many([msg(n) for n in range(100)], 1.0)
+    ch.put_many([msg(n) for n in range(100, 200)], 1.0)  # room for 50 besides the 100 held
+    assert ch.depth == 200 and backend.depth == 50
+    hooks.end_hold(2.0)
+    assert [m.id for m in sink.got] == [msg(n).id for n in range(150)]
+    assert ch.finish_many(sink.state, [m.id for m in sink.got], 3.0) == []
+    assert [m.id for m in sink.got[150:]] == [msg(n).id for n in range(150, 200)]  # from disk
+    assert ch.depth == 0
+    backend.close()
+
+
+def test_held_messages_of_a_channel_deleted_meanwhile_stay_on_disk(tmp_path: Path) -> None:
+    ch, backend, hooks = held_channel(tmp_path)
+    sink = subscribe(ch, 250)
+    ch.put_many([msg(n) for n in range(10)], 1.0)
+    ch.exiting = True
+    hooks.end_hold(2.0)
+    assert sink.got == []
+    backend.sync_now()
+    backend.close()
+    again = CountingQueue(tmp_path, True)
+    assert again.depth == 10  # unfinished: read again on a restart
     again.close()
 
 

@@ -378,6 +378,53 @@ async def test_close_commits_what_the_linger_held(tmp_path: Path, gates: Gates) 
     assert answers == ["a:True"]  # committed, not failed as a publish after close would be
 
 
+async def test_what_channels_held_goes_out_as_the_held_round_starts(
+    tmp_path: Path, gates: Gates
+) -> None:
+    """A channel holds back the messages of a write whose commit the linger holds; it hears
+    when that round has started (the fsync is requested), before the round ends."""
+    store, queue, answers = await start(tmp_path, commit_linger=60.0)
+    assert not store.holding()
+    due_back(store, 2)
+    publish(store, queue, answers, "a")
+    assert store.holding()
+    ended: list[tuple[float, int]] = []
+    store.after_hold(lambda now: ended.append((now, len(store._rounds))))
+    store.publisher_heard(2, store.loop.time())
+    publish(store, queue, answers, "b")
+    assert len(ended) == 1 and ended[0][1] == 1  # the round was under way by then
+    assert ended[0][0] == pytest.approx(store.loop.time(), abs=1.0)  # the loop's clock
+    assert not store.holding() and answers == []  # not answered before its flush
+    await wait_for(lambda: gates.started == 1)
+    gates.gates[0].set()
+    await wait_for(lambda: len(answers) == 2)
+    await store.close([queue])
+
+
+async def test_held_messages_go_out_when_the_linger_runs_out(tmp_path: Path, gates: Gates) -> None:
+    store, queue, answers = await start(tmp_path, commit_linger=0.02)
+    due_back(store, 2)
+    publish(store, queue, answers, "a")
+    ended: list[float] = []
+    store.after_hold(ended.append)
+    await wait_for(lambda: ended != [])  # 2 never came
+    assert gates.started == 1 or store._rounds  # with the round the linger held
+    gates.gates[0].set()
+    await wait_for(lambda: answers == ["a:True"])
+    await store.close([queue])
+
+
+async def test_close_ends_a_hold(tmp_path: Path, gates: Gates) -> None:
+    store, queue, answers = await start(tmp_path, commit_linger=60.0)
+    due_back(store, 2)
+    publish(store, queue, answers, "a")
+    ended: list[float] = []
+    store.after_hold(ended.append)
+    gates.gates[0].set()
+    await store.close([queue])
+    assert len(ended) == 1 and answers == ["a:True"]
+
+
 async def test_the_linger_is_durable_modes_only(tmp_path: Path) -> None:
     store = persistence.DiskStore(
         asyncio.get_running_loop(),

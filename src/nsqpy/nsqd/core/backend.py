@@ -94,6 +94,16 @@ class DiskHooks:
     def write_failed(self, error: Exception) -> None:
         return None
 
+    def holding(self) -> bool:
+        """Whether the commit of what was just written waits for more writes (a durable
+        store's linger): a channel may hold the messages back until it starts."""
+        return False
+
+    def after_hold(self, callback: Callable[[float], None]) -> None:
+        """Run ``callback(now)`` once the held commit starts, or the hold ends without one
+        (asked only while ``holding``)."""
+        raise AssertionError("nothing is held without a commit linger")
+
 
 def write_messages(backend: Backend, hooks: DiskHooks, msgs: list[Queued], take: int = 0) -> range:
     """Append ``msgs`` to ``backend`` as one batch and report the write (or its failure).

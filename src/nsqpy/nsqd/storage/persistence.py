@@ -137,6 +137,7 @@ class DiskStore(DiskHooks):
         # durable: publishers just answered, whom a commit that could start waits for
         self._linger = CommitLinger(commit_linger if durable else 0.0)
         self._linger_timer: asyncio.TimerHandle | None = None  # starts the round it held
+        self._after_hold: list[Callable[[float], None]] = []  # to run when it ends
         # durable mode: commits on GIL-free fsync workers, positions on a lane of their own;
         # otherwise rounds of full sync jobs on Python threads
         self._threads = None if durable else _SyncThreads(loop, ROUNDS_IN_FLIGHT, "nsqd-sync")
@@ -229,6 +230,20 @@ class DiskStore(DiskHooks):
         elif self._linger_timer is None:
             self._kick()
 
+    def holding(self) -> bool:
+        return self._linger_timer is not None
+
+    def after_hold(self, callback: Callable[[float], None]) -> None:
+        self._after_hold.append(callback)
+
+    def _hold_ended(self) -> None:
+        """The linger's hold ended (its round started, it ran out, or the store closes): the
+        channels hand out what they held back."""
+        callbacks, self._after_hold = self._after_hold, []
+        now = self.loop.time()
+        for callback in callbacks:
+            callback(now)
+
     def publisher_answered(self, key: int, now: float) -> None:
         self._linger.answered(key, now)
 
@@ -259,6 +274,8 @@ class DiskStore(DiskHooks):
             self._commit_round()
         else:
             self._kick()
+        if self._after_hold:  # no round could start: the held messages wait no longer
+            self._hold_ended()
 
     def poll_commits(self) -> None:
         """Durable mode: take the fsync answers that came while this loop iteration ran.
@@ -422,6 +439,8 @@ class DiskStore(DiskHooks):
             self._by_id[self._last_id] = this
         else:  # nothing to sync (or it failed before any): answered in turn, not re-entrantly
             self.loop.call_soon(self._committed, this)
+        if self._after_hold:  # what the channels held goes out while the disk flushes
+            self._hold_ended()
 
     def _answered(self, request_id: int, failed: int) -> None:
         """An fsync worker's answer (on the loop)."""
@@ -513,6 +532,8 @@ class DiskStore(DiskHooks):
             self._linger_timer = None
             if self._busy < ROUNDS_IN_FLIGHT and (self._waiting or self._written):
                 self._commit_round()  # a round the linger held commits, not fails
+        if self._after_hold:  # no round could start: the hold ends all the same
+            self._hold_ended()
         self._closed = True
         for timer in (self._timer, self._lane_timer):
             if timer is not None:
