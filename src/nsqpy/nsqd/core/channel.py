@@ -359,8 +359,8 @@ class Channel:
         Unless the write's commit is held (``DiskHooks.holding``: the linger waits for another
         publisher): then the taken messages wait in the queue until it starts, so that the
         loop reads and writes the other publisher's batch first and its commit starts sooner.
-        The consumers get them while the disk flushes (+3-4 % durable PUB+SUB under NSQ's
-        bench tools, docs/performance.md, twentieth pass)."""
+        The consumers get them while the disk flushes (durable PUB+SUB under NSQ's bench
+        tools +4 and +9 % in two A/B runs: docs/performance.md, twentieth pass)."""
         assert self.backend is not None
         take = 0
         queued = len(self.queue)
