@@ -18,8 +18,10 @@ import pytest
 from conftest import NsqdFactory, wait_for
 from v2client import RawV2
 
+from nsqpy.nsqd.core.channel import Channel
 from nsqpy.nsqd.storage import fsyncers, persistence
 from nsqpy.nsqd.storage.diskqueue import DiskQueue, SyncJob
+from nsqpy.protocol.commands import mpub_body
 
 
 class Gates:
@@ -423,6 +425,47 @@ async def test_close_ends_a_hold(tmp_path: Path, gates: Gates) -> None:
     gates.gates[0].set()
     await store.close([queue])
     assert len(ended) == 1 and answers == ["a:True"]
+
+
+async def test_durable_publishers_whose_commits_are_held_lose_nothing(
+    nsqd_factory: NsqdFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two publishers in step (as bench_writer's are) and a consumer: the linger holds
+    commits, the channel holds their messages, and every message arrives once, each
+    publisher's in order."""
+    holds: list[float] = []
+    ended = Channel._hold_ended
+
+    def spy(self: Channel, now: float) -> None:
+        holds.append(now)
+        ended(self, now)
+
+    monkeypatch.setattr(Channel, "_hold_ended", spy)
+    nsqd = await nsqd_factory(durable=True)
+    consumer = await RawV2.connect(nsqd.tcp_port)
+    await consumer.sub("t", "c", rdy=2500)
+    publishers = [await RawV2.connect(nsqd.tcp_port) for _ in range(2)]
+    rounds, batch = 40, 10
+
+    async def publish(conn: RawV2, key: int) -> None:
+        for n in range(rounds):
+            conn.cmd("MPUB t", mpub_body([b"%d-%d" % (key, n * batch + i) for i in range(batch)]))
+            assert await conn.response() == b"OK"
+
+    async def receive() -> list[bytes]:
+        got: list[bytes] = []
+        while len(got) < 2 * rounds * batch:
+            msg = await consumer.message()
+            consumer.cmd(f"FIN {msg.id.decode()}")
+            got.append(msg.body)
+        return got
+
+    *_, got = await asyncio.gather(publish(publishers[0], 0), publish(publishers[1], 1), receive())
+    for key in (0, 1):
+        mine = [body for body in got if body.startswith(b"%d-" % key)]
+        assert mine == [b"%d-%d" % (key, n) for n in range(rounds * batch)]
+    assert holds  # the path under test was taken
+    await wait_for(lambda: nsqd.broker.topics["t"].channels["c"].depth == 0)
 
 
 async def test_the_linger_is_durable_modes_only(tmp_path: Path) -> None:
