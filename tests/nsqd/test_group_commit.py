@@ -434,20 +434,22 @@ async def test_close_ends_a_hold(tmp_path: Path, gates: Gates) -> None:
 async def test_durable_publishers_whose_commits_are_held_lose_nothing(
     nsqd_factory: NsqdFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two publishers in step (as bench_writer's are) and a consumer: the linger holds
-    commits, the channel holds their messages, and every message arrives once, each
-    publisher's in order."""
-    holds: list[float] = []
+    """Two publishers in step (as bench_writer's are) and a consumer on each of two channels:
+    the linger holds commits, each channel holds its copy of the messages, and every message
+    arrives once on each channel, each publisher's in order."""
+    holds: list[str] = []
     ended = Channel._hold_ended
 
     def spy(self: Channel, now: float) -> None:
-        holds.append(now)
+        holds.append(self.name)
         ended(self, now)
 
     monkeypatch.setattr(Channel, "_hold_ended", spy)
     nsqd = await nsqd_factory(durable=True)
-    consumer = await RawV2.connect(nsqd.tcp_port)
-    await consumer.sub("t", "c", rdy=2500)
+    channels = ("c", "d")
+    consumers = [await RawV2.connect(nsqd.tcp_port) for _ in channels]
+    for consumer, name in zip(consumers, channels, strict=True):
+        await consumer.sub("t", name, rdy=2500)
     publishers = [await RawV2.connect(nsqd.tcp_port) for _ in range(2)]
     rounds, batch = 40, 10
 
@@ -456,7 +458,7 @@ async def test_durable_publishers_whose_commits_are_held_lose_nothing(
             conn.cmd("MPUB t", mpub_body([b"%d-%d" % (key, n * batch + i) for i in range(batch)]))
             assert await conn.response() == b"OK"
 
-    async def receive() -> list[bytes]:
+    async def receive(consumer: RawV2) -> list[bytes]:
         got: list[bytes] = []
         while len(got) < 2 * rounds * batch:
             msg = await consumer.message()
@@ -464,12 +466,16 @@ async def test_durable_publishers_whose_commits_are_held_lose_nothing(
             got.append(msg.body)
         return got
 
-    *_, got = await asyncio.gather(publish(publishers[0], 0), publish(publishers[1], 1), receive())
-    for key in (0, 1):
-        mine = [body for body in got if body.startswith(b"%d-" % key)]
-        assert mine == [b"%d-%d" % (key, n) for n in range(rounds * batch)]
-    assert holds  # the path under test was taken
-    await wait_for(lambda: nsqd.broker.topics["t"].channels["c"].depth == 0)
+    *_, got_c, got_d = await asyncio.gather(
+        publish(publishers[0], 0), publish(publishers[1], 1), *map(receive, consumers)
+    )
+    for got in (got_c, got_d):
+        for key in (0, 1):
+            mine = [body for body in got if body.startswith(b"%d-" % key)]
+            assert mine == [b"%d-%d" % (key, n) for n in range(rounds * batch)]
+    assert set(holds) == set(channels)  # the path under test was taken, by both channels
+    topic = nsqd.broker.topics["t"]
+    await wait_for(lambda: all(topic.channels[name].depth == 0 for name in channels))
 
 
 async def test_the_linger_is_durable_modes_only(tmp_path: Path) -> None:
