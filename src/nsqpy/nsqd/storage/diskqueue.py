@@ -59,7 +59,10 @@ and the next ``PrepareJob`` writes its zeros over the spare's blocks instead of 
 Those blocks are allocated and written already, so the zeros' fdatasyncs commit no journal,
 and no 100 MB segment is freed (and discarded, on a ``discard`` mount) while commits wait for
 the disk. A spare exists only while no prepared file does, so a queue still holds at most one
-segment of disk beyond its segments; both ``.tmp`` files go on close and on open.
+segment of disk beyond its segments; both ``.tmp`` files go on close and on open. A consumed
+segment the queue cannot keep goes to its store's ``SegmentPool`` if that has room (else it
+is deleted), and the pool's ready segments serve the queues that have no prepared file: a new
+queue's first segment, and a next segment when the queue has no spare (``prepare_from_pool``).
 
 With ``track_acks`` a record read is only gone once ``finish(token)`` is called. The metadata
 then records the start of the oldest unfinished record as the read position (and counts
@@ -110,6 +113,7 @@ from typing import Final, NamedTuple
 
 from nsqpy.nsqd.core.errors import BrokerError
 from nsqpy.nsqd.storage.frames import bad_size, frame
+from nsqpy.nsqd.storage.segment_pool import SegmentPool
 from nsqpy.nsqd.storage.unfinished import unfinished_tokens
 
 #: Smallest record nsqd writes: an NSQ message header (timestamp, attempts, id).
@@ -377,20 +381,24 @@ class PrepareJob:
 
 
 class Recycling(NamedTuple):
-    """Where a durable queue keeps a consumed segment for its next preparation."""
+    """Where a durable queue keeps a consumed segment for its next preparation, or else
+    offers it to its store's pool (``segment_pool``)."""
 
     spare: str  # <name>.diskqueue.spare.tmp
     prepared: str  # <name>.diskqueue.next.tmp: while it exists, no spare is kept
+    pool: SegmentPool | None = None
 
     def keep(self, path: str) -> bool:
-        """Make the consumed segment ``path`` the spare if there is room for one."""
-        if os.path.exists(self.spare) or os.path.exists(self.prepared):
-            return False
-        try:
-            os.rename(path, self.spare)
-        except OSError:
-            return False  # deleted instead
-        return True
+        """Make the consumed segment ``path`` the spare if there is room for one, else the
+        pool's if it is empty; False: delete it."""
+        if not (os.path.exists(self.spare) or os.path.exists(self.prepared)):
+            try:
+                os.rename(path, self.spare)
+            except OSError:
+                pass
+            else:
+                return True
+        return self.pool is not None and self.pool.offer(path)
 
 
 class RemoveJob:
@@ -581,6 +589,7 @@ class DiskQueue:
         log: logging.Logger,
         on_corruption: Callable[[str], None] | None = None,
         remove_later: Callable[[RemoveJob], None] | None = None,
+        pool: SegmentPool | None = None,
     ) -> None:
         self.name = name
         self.data_path = data_path
@@ -597,9 +606,11 @@ class DiskQueue:
         self._prepared_path = os.path.join(data_path, f"{name}.diskqueue.next.tmp")
         self._spare_path = os.path.join(data_path, f"{name}.diskqueue.spare.tmp")
         self._recycling = (
-            Recycling(self._spare_path, self._prepared_path) if prepare_segments else None
+            Recycling(self._spare_path, self._prepared_path, pool) if prepare_segments else None
         )
         self._prepare_size = min(max_bytes_per_file, PREPARE_MAX)
+        # the store's prepared segment, for a new segment this queue has none ready for
+        self._pool = pool if prepare_segments and pool and pool.size == self._prepare_size else None
         # the next segment is prepared once the write segment holds this much: a queue that
         # holds little never gets a prepared file
         self._prepare_from = max(1, max_bytes_per_file // 8)
@@ -897,6 +908,8 @@ class DiskQueue:
         fd = None
         if self._write_pos == 0 and self._prepare_state == _PREPARED:
             fd = self._take_prepared(path)
+        elif self._write_pos == 0 and self._pool is not None and self._pool.take(path):
+            fd = self._open_pooled(path)
         if fd is None:  # not prepared (or not in time): a segment that grows by appends
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
@@ -910,6 +923,15 @@ class DiskQueue:
             self._new_segment = True
         self._write_fd = fd
         self._log.info("DISKQUEUE(%s): writeOne() opened %s", self.name, path)
+        return fd
+
+    def _open_pooled(self, path: str) -> int | None:
+        """The store's prepared segment, just renamed to ``path``: like ``_take_prepared``."""
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError:
+            return None  # appended to instead: the zeros past writePos are cut off first
+        self._zero_tail = True
         return fd
 
     def _take_prepared(self, path: str) -> int | None:
@@ -1383,6 +1405,18 @@ class DiskQueue:
             and self._write_pos >= self._prepare_from
             and not self._closed
         )
+
+    def prepare_from_pool(self) -> bool:
+        """Meet ``needs_prepare`` with a segment of the store's pool, if one is ready and the
+        queue has no spare of its own (a spare's zeros cost the disk less than a new file's):
+        it becomes the prepared next segment at once, with no job."""
+        pool = self._pool
+        if pool is None or os.path.exists(self._spare_path):
+            return False
+        if not pool.take(self._prepared_path):
+            return False
+        self._prepare_state = _PREPARED
+        return True
 
     def prepare_job(self, others_waiting: Callable[[], bool] | None = None) -> PrepareJob:
         """The job that prepares the next segment; run it on a worker thread, then

@@ -41,7 +41,10 @@ that --sync-every asks for starts ``POSITION_GAP`` after the last one ended at t
 Durable queues also prepare their next segment ahead (``DiskQueue.prepare_job``: zeros,
 synced, so that commits fdatasync overwrites rather than appends, which commit the
 filesystem's journal too) on one more thread, ``nsqd-files``, that nobody waits for. Every
-mode's queues delete their consumed segments there too (``RemoveJob``).
+mode's queues delete their consumed segments there too (``RemoveJob``). A durable store also
+keeps a ``SegmentPool`` of consumed segments zeroed for queues that have no prepared segment of
+their own (a new topic's first segment); their zeros go in steps on the same thread, and only
+while no commit has started for ``POOL_QUIET``.
 
 ``MetadataWriter`` writes ``nsqd.dat`` (the topic and channel list) on a thread of its own, as
 nsqd does from a goroutine: a SUB or PUB that creates a topic or channel is answered without
@@ -68,6 +71,7 @@ from nsqpy.nsqd.core import records
 from nsqpy.nsqd.core.backend import Backend, DiskHooks
 from nsqpy.nsqd.storage import metadata
 from nsqpy.nsqd.storage.diskqueue import (
+    PREPARE_MAX,
     DiskQueue,
     DiskQueueError,
     PrepareJob,
@@ -76,6 +80,7 @@ from nsqpy.nsqd.storage.diskqueue import (
 )
 from nsqpy.nsqd.storage.fsyncers import Fsyncers, dir_entry
 from nsqpy.nsqd.storage.linger import CommitLinger
+from nsqpy.nsqd.storage.segment_pool import SegmentPool, remove_stale
 
 log = logging.getLogger("nsqpy.nsqd")
 
@@ -90,6 +95,14 @@ ROUNDS_IN_FLIGHT = 2
 #: the throughput. Positions only bound what a crash replays (never what it loses), and
 #: --sync-timeout already lets them lag by seconds when traffic is light.
 POSITION_GAP = 0.05
+#: Durable mode: the pause (s) between two steps of zeros over the store's pooled segment, which
+#: leaves the files thread to the queues' own jobs (1 MB a step: a 100 MB segment in ~1 s)...
+POOL_STEP_GAP = 0.01
+#: ...and how long (s) no commit round may have started before a step: the pool is for queues
+#: yet to come, and its zeros must not lengthen the flushes that publishers wait for now (a
+#: fresh durable PUB+SUB that zeroed it while running was 2.8 % behind: docs/performance.md,
+#: "Issue 21, twenty-first pass"). Under steady publishing it stays unfilled.
+POOL_QUIET = 0.1
 
 
 class _Round:
@@ -147,6 +160,14 @@ class DiskStore(DiskHooks):
         # prepared segments (zeros, synced), and every mode's removal of consumed segments
         self._files: ThreadPoolExecutor | None = None
         self._file_jobs = 0  # submitted to it and not done yet
+        # durable: one prepared segment for a queue that has none (a new one: segment_pool)
+        self._pool: SegmentPool | None = None
+        if durable:
+            self._pool = SegmentPool(data_path, min(max_bytes_per_file, PREPARE_MAX))
+        else:
+            remove_stale(data_path)
+        self._pool_step: asyncio.Future[None] | asyncio.TimerHandle | None = None
+        self._pool_seen = -1  # _last_id when the pool last looked for a quiet disk
         self._by_id: dict[int, _Round] = {}  # durable: rounds waiting for fsync answers
         self._last_id = 0
         self._lane_busy = False
@@ -178,6 +199,7 @@ class DiskStore(DiskHooks):
             log=log,
             on_corruption=self._corruption,
             remove_later=self._remove_later,
+            pool=self._pool,
         )
 
     def _corruption(self, message: str) -> None:
@@ -298,6 +320,8 @@ class DiskStore(DiskHooks):
         its commits fdatasync overwrites of written blocks, not appends (which commit the
         filesystem's journal too). One thread: a job of a closed queue ends before the next
         job of a queue of the same name starts."""
+        if queue.prepare_from_pool():
+            return
         job = queue.prepare_job(self._file_jobs_waiting)
         future = self._file_job(job.run)
         future.add_done_callback(lambda f: self._prepared(queue, job, f))
@@ -329,7 +353,32 @@ class DiskStore(DiskHooks):
         if self._closed:
             job.run()
         else:
-            self._file_job(job.run)
+            self._file_job(job.run).add_done_callback(self._fill_pool)
+
+    def _fill_pool(self, _: object = None) -> None:
+        """Zero the pooled segment a removal may have offered, a step at a time on the files
+        thread, ``POOL_STEP_GAP`` apart, and only after ``POOL_QUIET`` without a commit."""
+        pool = self._pool
+        if pool is None or not pool.filling or self._pool_step is not None or self._closed:
+            return
+        if self._last_id != self._pool_seen:  # a commit since the last look (or no look yet)
+            self._pool_seen = self._last_id
+            self._pool_step = self.loop.call_later(POOL_QUIET, self._pool_resume)
+            return
+        step = self._pool_step = self._file_job(pool.fill_step)
+        step.add_done_callback(self._pool_stepped)
+
+    def _pool_stepped(self, future: asyncio.Future[None]) -> None:
+        self._pool_step = None
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            log.error("DISKQUEUE failed to prepare a pooled segment - %s", error)
+        elif self._pool is not None and self._pool.filling and not self._closed:
+            self._pool_step = self.loop.call_later(POOL_STEP_GAP, self._pool_resume)
+
+    def _pool_resume(self) -> None:
+        self._pool_step = None
+        self._fill_pool()
 
     def _prepared(self, queue: DiskQueue, job: PrepareJob, future: asyncio.Future[None]) -> None:
         error = None if future.cancelled() else future.exception()
@@ -548,9 +597,13 @@ class DiskStore(DiskHooks):
         for workers in (self._threads, self._fsyncers, self._lane):
             if workers is not None:
                 workers.stop()
+        if isinstance(self._pool_step, asyncio.TimerHandle):
+            self._pool_step.cancel()
         files, self._files = self._files, None
         if files is not None:  # a prepare job under way removes its file (its queue is closed)
             await self.loop.run_in_executor(None, files.shutdown)
+        if self._pool is not None:
+            self._pool.close()
 
 
 class _SyncThreads:
