@@ -7,6 +7,7 @@ Expected segment contents are framed by hand from the format, never with the wri
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
@@ -291,3 +292,20 @@ def test_a_disk_mode_store_removes_stale_pooled_files_and_keeps_none(tmp_path: P
 
     asyncio.run(run())
     assert names(tmp_path) == set()
+
+
+async def test_a_failed_step_does_not_stop_the_store_filling_the_other_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(persistence, "POOL_QUIET", 0.01)
+    store = durable_store(tmp_path)
+    pool = store._pool
+    assert pool is not None
+    offered(tmp_path, pool, "lost", b"\xff" * SEGMENT)
+    inode = offered(tmp_path, pool, "kept", b"\xff" * SEGMENT)
+    os.unlink(pool.paths[0])  # the disk lost the first
+    store._fill_pool()
+    await wait_for(lambda: pool.ready == 1)
+    assert pooled(pool, 1) == (inode, bytes(SEGMENT))
+    assert "failed to prepare a pooled segment" in caplog.text
+    await store.close([])

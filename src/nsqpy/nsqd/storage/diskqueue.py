@@ -609,7 +609,7 @@ class DiskQueue:
             Recycling(self._spare_path, self._prepared_path, pool) if prepare_segments else None
         )
         self._prepare_size = min(max_bytes_per_file, PREPARE_MAX)
-        # the store's prepared segment, for a new segment this queue has none ready for
+        # the store's prepared segments, for a segment this queue has none of its own for
         self._pool = pool if prepare_segments and pool and pool.size == self._prepare_size else None
         # the next segment is prepared once the write segment holds this much: a queue that
         # holds little never gets a prepared file

@@ -95,7 +95,7 @@ ROUNDS_IN_FLIGHT = 2
 #: the throughput. Positions only bound what a crash replays (never what it loses), and
 #: --sync-timeout already lets them lag by seconds when traffic is light.
 POSITION_GAP = 0.05
-#: Durable mode: the pause (s) between two steps of zeros over the store's pooled segment, which
+#: Durable mode: the pause (s) between two steps of zeros over a segment in the store's pool, which
 #: leaves the files thread to the queues' own jobs (1 MB a step: a 100 MB segment in ~1 s)...
 POOL_STEP_GAP = 0.01
 #: ...and how long (s) no commit round may have started before a step: the pool is for queues
@@ -160,7 +160,7 @@ class DiskStore(DiskHooks):
         # prepared segments (zeros, synced), and every mode's removal of consumed segments
         self._files: ThreadPoolExecutor | None = None
         self._file_jobs = 0  # submitted to it and not done yet
-        # durable: one prepared segment for a queue that has none (a new one: segment_pool)
+        # durable: prepared segments for queues that have none of their own (segment_pool)
         self._pool: SegmentPool | None = None
         if durable:
             self._pool = SegmentPool(data_path, min(max_bytes_per_file, PREPARE_MAX))
@@ -371,9 +371,9 @@ class DiskStore(DiskHooks):
     def _pool_stepped(self, future: asyncio.Future[None]) -> None:
         self._pool_step = None
         error = None if future.cancelled() else future.exception()
-        if error is not None:
+        if error is not None:  # that segment is gone; another may still be filling
             log.error("DISKQUEUE failed to prepare a pooled segment - %s", error)
-        elif self._pool is not None and self._pool.filling and not self._closed:
+        if self._pool is not None and self._pool.filling and not self._closed:
             self._pool_step = self.loop.call_later(POOL_STEP_GAP, self._pool_resume)
 
     def _pool_resume(self) -> None:
