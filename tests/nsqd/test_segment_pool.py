@@ -250,26 +250,45 @@ async def test_the_store_zeros_a_segment_a_queue_could_not_keep_for_the_next_new
 async def test_the_store_writes_no_zeros_while_commits_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(persistence, "POOL_QUIET", 0.5)
+    monkeypatch.setattr(persistence, "POOL_QUIET", 60.0)  # the test fires the timer itself
     store = durable_store(tmp_path)
     q = store.open_queue("t")
     pool = store._pool
     assert pool is not None
     offered(tmp_path, pool, "consumed", b"\xff" * SEGMENT)
+
+    def quiet_ends() -> None:  # POOL_QUIET ran out: what its timer does
+        timer = store._pool_timer
+        assert timer is not None and not store._pool_stepping  # waiting, no step under way
+        timer.cancel()
+        store._pool_resume()
+
     answers: list[bool] = []
-    store._fill_pool()
-    loop = asyncio.get_running_loop()
-    end = loop.time() + 1.2
-    while loop.time() < end:  # a publisher that commits every 10 ms for over two quiets
+
+    async def commit() -> None:
         q.put([b"m" * 40])
         store.wrote(q)
         store.after_commit(answers.append)
-        await asyncio.sleep(0.01)
-    assert answers and all(answers)
-    assert pool.filling and pooled(pool)[1] == b"\xff" * SEGMENT
-    await wait_for(lambda: pool.ready == 1)  # publishing stopped: the zeros follow
+        await wait_for(lambda: len(answers) == 1)
+        assert answers.pop()
+
+    store._fill_pool()  # the first look: it has not seen the disk quiet yet
+    first = store._pool_timer
+    store._fill_pool()  # another removal done meanwhile: still the one look, and no step
+    assert first is not None and store._pool_timer is first and not store._pool_stepping
+    for _ in range(3):  # a commit started within each quiet wait: no step
+        await commit()
+        quiet_ends()
+        assert pool.filling and pooled(pool)[1] == b"\xff" * SEGMENT
+    quiet_ends()  # no commit since the last look: the zeros go
+    await wait_for(lambda: pool.ready == 1)
     assert pooled(pool)[1] == bytes(SEGMENT)
+    offered(tmp_path, pool, "another", b"\xff" * SEGMENT)
+    await commit()
+    store._fill_pool()
+    assert store._pool_timer is not None  # a look due when the store closes...
     await store.close([q])
+    assert store._pool_timer is None  # ...is called off
     assert not any(n.startswith("nsqd.segment.") for n in names(tmp_path))  # not kept
 
 

@@ -166,7 +166,8 @@ class DiskStore(DiskHooks):
             self._pool = SegmentPool(data_path, min(max_bytes_per_file, PREPARE_MAX))
         else:
             remove_stale(data_path)
-        self._pool_step: asyncio.Future[None] | asyncio.TimerHandle | None = None
+        self._pool_timer: asyncio.TimerHandle | None = None  # its next look, or next step
+        self._pool_stepping = False  # a step is on the files thread
         self._pool_seen = -1  # _last_id when the pool last looked for a quiet disk
         self._by_id: dict[int, _Round] = {}  # durable: rounds waiting for fsync answers
         self._last_id = 0
@@ -359,25 +360,27 @@ class DiskStore(DiskHooks):
         """Zero the pooled segment a removal may have offered, a step at a time on the files
         thread, ``POOL_STEP_GAP`` apart, and only after ``POOL_QUIET`` without a commit."""
         pool = self._pool
-        if pool is None or not pool.filling or self._pool_step is not None or self._closed:
+        if pool is None or not pool.filling or self._closed:
+            return
+        if self._pool_timer is not None or self._pool_stepping:
             return
         if self._last_id != self._pool_seen:  # a commit since the last look (or no look yet)
             self._pool_seen = self._last_id
-            self._pool_step = self.loop.call_later(POOL_QUIET, self._pool_resume)
+            self._pool_timer = self.loop.call_later(POOL_QUIET, self._pool_resume)
             return
-        step = self._pool_step = self._file_job(pool.fill_step)
-        step.add_done_callback(self._pool_stepped)
+        self._pool_stepping = True
+        self._file_job(pool.fill_step).add_done_callback(self._pool_stepped)
 
     def _pool_stepped(self, future: asyncio.Future[None]) -> None:
-        self._pool_step = None
+        self._pool_stepping = False
         error = None if future.cancelled() else future.exception()
         if error is not None:  # that segment is gone; another may still be filling
             log.error("DISKQUEUE failed to prepare a pooled segment - %s", error)
         if self._pool is not None and self._pool.filling and not self._closed:
-            self._pool_step = self.loop.call_later(POOL_STEP_GAP, self._pool_resume)
+            self._pool_timer = self.loop.call_later(POOL_STEP_GAP, self._pool_resume)
 
     def _pool_resume(self) -> None:
-        self._pool_step = None
+        self._pool_timer = None
         self._fill_pool()
 
     def _prepared(self, queue: DiskQueue, job: PrepareJob, future: asyncio.Future[None]) -> None:
@@ -597,8 +600,9 @@ class DiskStore(DiskHooks):
         for workers in (self._threads, self._fsyncers, self._lane):
             if workers is not None:
                 workers.stop()
-        if isinstance(self._pool_step, asyncio.TimerHandle):
-            self._pool_step.cancel()
+        if self._pool_timer is not None:
+            self._pool_timer.cancel()
+            self._pool_timer = None
         files, self._files = self._files, None
         if files is not None:  # a prepare job under way removes its file (its queue is closed)
             await self.loop.run_in_executor(None, files.shutdown)
