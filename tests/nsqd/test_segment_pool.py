@@ -209,7 +209,7 @@ def test_a_consumed_segment_the_queue_cannot_keep_goes_to_the_pool(tmp_path: Pat
 
 
 # -- the store ----------------------------------------------------------------------------
-def durable_store(tmp_path: Path) -> persistence.DiskStore:
+def durable_store(tmp_path: Path, durable: bool = True) -> persistence.DiskStore:
     return persistence.DiskStore(
         asyncio.get_running_loop(),
         str(tmp_path),
@@ -217,7 +217,7 @@ def durable_store(tmp_path: Path) -> persistence.DiskStore:
         max_msg_size=1024,
         sync_every=1000,
         sync_timeout=60.0,
-        durable=True,
+        durable=durable,
         set_health=lambda _: None,
     )
 
@@ -292,24 +292,15 @@ async def test_the_store_writes_no_zeros_while_commits_run(
     assert not any(n.startswith("nsqd.segment.") for n in names(tmp_path))  # not kept
 
 
-def test_a_disk_mode_store_removes_stale_pooled_files_and_keeps_none(tmp_path: Path) -> None:
+def stale_pooled_file(tmp_path: Path) -> None:
     (tmp_path / "nsqd.segment.0.tmp").write_bytes(b"left by a durable run")
 
-    async def run() -> None:
-        store = persistence.DiskStore(
-            asyncio.get_running_loop(),
-            str(tmp_path),
-            max_bytes_per_file=SEGMENT,
-            max_msg_size=1024,
-            sync_every=1000,
-            sync_timeout=60.0,
-            durable=False,
-            set_health=lambda _: None,
-        )
-        assert store._pool is None
-        await store.close([])
 
-    asyncio.run(run())
+async def test_a_disk_mode_store_removes_stale_pooled_files_and_keeps_none(tmp_path: Path) -> None:
+    stale_pooled_file(tmp_path)
+    store = durable_store(tmp_path, durable=False)
+    assert store._pool is None
+    await store.close([])
     assert names(tmp_path) == set()
 
 
