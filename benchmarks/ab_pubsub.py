@@ -7,6 +7,12 @@ starts a fresh broker, creates ``pubsub/ch`` and runs Go's ``bench_reader`` and
 order flips every pair (A B, B A, ...) so that a drift of the machine hits both alike; only
 differences that hold over several pairs mean anything (one run moves by 5-10 % here).
 
+``--warm`` first runs ``bench_vs_go``'s other two phases on the same broker, as that run does
+(``bench_writer`` into ``sub_bench`` for ``--runfor``, then ``bench_reader`` draining it), so
+that the PUB+SUB measured is the one ``bench_vs_go`` reports: after the broker has written
+and consumed segments. A fresh broker cannot show what that history changes, such as durable
+mode's recycled segments (docs/performance.md, "Issue 21, twenty-first pass").
+
 ``--sched`` also samples the broker's threads over the middle of every run: context
 switches, CPU and time spent runnable but waiting for a CPU, per MPUB of 200, plus the
 machine's idle share. That is how docs/performance.md ("Issue 21, eleventh pass") tells the
@@ -118,11 +124,17 @@ def sched_report(
     return "\n".join(lines)
 
 
-def run(variant: Variant, go_bin: Path, runfor: str, sched: bool) -> tuple[float, str]:
+def run(
+    variant: Variant, go_bin: Path, runfor: str, sched: bool, warm: bool = False
+) -> tuple[float, str]:
     broker = broker_for(variant)
     try:
-        broker.post("/topic/create?topic=pubsub")
-        broker.post("/channel/create?topic=pubsub&channel=ch")
+        for topic in ("sub_bench", "pubsub") if warm else ("pubsub",):
+            broker.post(f"/topic/create?topic={topic}")
+            broker.post(f"/channel/create?topic={topic}&channel=ch")
+        if warm:  # bench_vs_go's PUB and SUB phases first
+            rate(tool(go_bin, "bench_writer", broker, "sub_bench", runfor))
+            rate(tool(go_bin, "bench_reader", broker, "sub_bench", runfor))
         reader = tool(go_bin, "bench_reader", broker, "pubsub", runfor)
         writer = tool(go_bin, "bench_writer", broker, "pubsub", runfor)
         report = ""
@@ -156,11 +168,16 @@ def main() -> None:
         action="store_true",
         help="per-thread scheduling figures, sampled over seconds 1.5-4.5 (keep --runfor >= 5s)",
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="run bench_vs_go's PUB and SUB phases on each broker before its PUB+SUB",
+    )
     args = parser.parse_args()
     variants: list[Variant] = args.variant
     for k in range(args.pairs):
         for variant in variants if k % 2 == 0 else variants[::-1]:
-            published, line = run(variant, args.go_bin, args.runfor, args.sched)
+            published, line = run(variant, args.go_bin, args.runfor, args.sched, args.warm)
             variant.rates.append(published)
             print(f"{k} {variant.name} {line}", flush=True)
     for variant in variants:
