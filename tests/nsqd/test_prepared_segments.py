@@ -76,6 +76,20 @@ def framed(recs: list[bytes]) -> bytes:
     return b"".join(frame(r) for r in recs)
 
 
+def segment_store(tmp_path: Path, durable: bool = True) -> persistence.DiskStore:
+    """A store of ``SEGMENT``-byte segments on the running loop."""
+    return persistence.DiskStore(
+        asyncio.get_running_loop(),
+        str(tmp_path),
+        max_bytes_per_file=SEGMENT,
+        max_msg_size=1024,
+        sync_every=1000,
+        sync_timeout=60.0,
+        durable=durable,
+        set_health=lambda _: None,
+    )
+
+
 def no_bad_files(tmp_path: Path) -> bool:
     return not any(n.endswith(".bad") for n in names(tmp_path))
 
@@ -366,16 +380,7 @@ async def test_the_daemons_prepare_jobs_are_paced_and_counted_on_the_files_threa
         return original(self, others_waiting)
 
     monkeypatch.setattr(DiskQueue, "prepare_job", spy)
-    store = persistence.DiskStore(
-        asyncio.get_running_loop(),
-        str(tmp_path),
-        max_bytes_per_file=SEGMENT,
-        max_msg_size=1024,
-        sync_every=1000,
-        sync_timeout=60.0,
-        durable=True,
-        set_health=lambda _: None,
-    )
+    store = segment_store(tmp_path)
     queue = store.open_queue("t")
     gate = threading.Event()
 

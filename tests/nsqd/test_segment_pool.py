@@ -22,6 +22,7 @@ from test_prepared_segments import (
     prepare,
     prepared,
     records,
+    segment_store,
     spare,
 )
 
@@ -209,24 +210,11 @@ def test_a_consumed_segment_the_queue_cannot_keep_goes_to_the_pool(tmp_path: Pat
 
 
 # -- the store ----------------------------------------------------------------------------
-def durable_store(tmp_path: Path, durable: bool = True) -> persistence.DiskStore:
-    return persistence.DiskStore(
-        asyncio.get_running_loop(),
-        str(tmp_path),
-        max_bytes_per_file=SEGMENT,
-        max_msg_size=1024,
-        sync_every=1000,
-        sync_timeout=60.0,
-        durable=durable,
-        set_health=lambda _: None,
-    )
-
-
 async def test_the_store_zeros_a_segment_a_queue_could_not_keep_for_the_next_new_queue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(persistence, "POOL_QUIET", 0.01)
-    store = durable_store(tmp_path)
+    store = segment_store(tmp_path)
     q = store.open_queue("t")
     q.put(records(0, 25))  # segment 0 appended full, segment 1 appended
     spare(tmp_path).write_bytes(b"its own spare")  # so it cannot keep another
@@ -251,7 +239,7 @@ async def test_the_store_writes_no_zeros_while_commits_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(persistence, "POOL_QUIET", 60.0)  # the test fires the timer itself
-    store = durable_store(tmp_path)
+    store = segment_store(tmp_path)
     q = store.open_queue("t")
     pool = store._pool
     assert pool is not None
@@ -292,23 +280,23 @@ async def test_the_store_writes_no_zeros_while_commits_run(
     assert not any(n.startswith("nsqd.segment.") for n in names(tmp_path))  # not kept
 
 
-def stale_pooled_file(tmp_path: Path) -> None:
+def test_a_disk_mode_store_removes_stale_pooled_files_and_keeps_none(tmp_path: Path) -> None:
     (tmp_path / "nsqd.segment.0.tmp").write_bytes(b"left by a durable run")
+    asyncio.run(disk_mode_store_closed(tmp_path))
+    assert names(tmp_path) == set()
 
 
-async def test_a_disk_mode_store_removes_stale_pooled_files_and_keeps_none(tmp_path: Path) -> None:
-    stale_pooled_file(tmp_path)
-    store = durable_store(tmp_path, durable=False)
+async def disk_mode_store_closed(tmp_path: Path) -> None:
+    store = segment_store(tmp_path, durable=False)
     assert store._pool is None
     await store.close([])
-    assert names(tmp_path) == set()
 
 
 async def test_a_failed_step_does_not_stop_the_store_filling_the_other_segment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(persistence, "POOL_QUIET", 0.01)
-    store = durable_store(tmp_path)
+    store = segment_store(tmp_path)
     pool = store._pool
     assert pool is not None
     offered(tmp_path, pool, "lost", b"\xff" * SEGMENT)

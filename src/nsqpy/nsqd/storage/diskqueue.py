@@ -390,7 +390,7 @@ class Recycling(NamedTuple):
 
     def keep(self, path: str) -> bool:
         """Make the consumed segment ``path`` the spare if there is room for one, else the
-        pool's if it is empty; False: delete it."""
+        pool's if it has room; False: delete it."""
         if not (os.path.exists(self.spare) or os.path.exists(self.prepared)):
             try:
                 os.rename(path, self.spare)
